@@ -1,0 +1,114 @@
+"""Single-layer-type probes: a stack of k identical layers, measured and estimated.
+
+Each probe is a small functional model: Input(32x32x16) -> 1x1 Conv2D -> k layers of
+one type -> global average pooling -> Dense softmax. It is measured (allocator peak of
+one training step, the MEMORY_FACTS.md protocol, in a fresh process) and estimated,
+at two depths, so both the per-layer cost (the slope in k) and the transient part
+show. Prints one line per probe.
+
+    python benchmarks/probe_layers.py [kind ...] [--batch 32] [--precision float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+KINDS = {
+    "conv": "L.Conv2D(16, 3, padding='same')",
+    "convrelu": "L.Conv2D(16, 3, padding='same', activation='relu')",
+    "bn": "L.BatchNormalization()",
+    "bnrelu": "[L.BatchNormalization(), L.Activation('relu')]",
+    "relu": "L.Activation('relu')",
+    "relu6": "L.ReLU(6.0)",
+    "dw": "L.DepthwiseConv2D(3, padding='same', use_bias=False)",
+    "dense": "L.Dense(16)",
+    "swish": "L.Activation('swish')",
+    "gelu": "L.Activation('gelu')",
+    "hswish": "L.Activation('hard_swish')",
+    "sigmoid": "L.Activation('sigmoid')",
+    "ln": "L.LayerNormalization(epsilon=1e-6)",
+    "dropout": "L.Dropout(0.3)",
+    "zpad": "[L.ZeroPadding2D(1), L.Cropping2D(1)]",
+    "maxpool": "L.MaxPooling2D(3, strides=1, padding='same')",
+    "avgpool": "L.AveragePooling2D(3, strides=1, padding='same')",
+    "residual": "'residual'",
+    "concat": "'concat'",
+    "se": "'se'",
+}
+
+CHILD = r'''
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)
+import keras, numpy as np
+from keras import layers as L
+sys.path.insert(0, ROOT)
+from calc.keras_adapter import profile_model
+from calc.estimate import estimate_memory
+from calc.types import TrainingConfig
+kind, k, batch, precision = KIND, K, BATCH, PRECISION
+keras.config.set_dtype_policy(precision)
+inp = keras.Input((32, 32, 16))
+x = L.Conv2D(16, 1)(inp)
+for _ in range(k):
+    spec = SPEC
+    if spec == "residual":
+        y = L.Conv2D(16, 3, padding="same")(x); y = L.Activation("relu")(y); x = L.Add()([x, y])
+    elif spec == "concat":
+        y = L.Conv2D(8, 1)(x); x = L.Concatenate()([x, y]); x = L.Conv2D(16, 1)(x)
+    elif spec == "se":
+        s = L.GlobalAveragePooling2D(keepdims=True)(x); s = L.Conv2D(16, 1, activation="sigmoid")(s); x = L.Multiply()([x, s])
+    else:
+        for layer in (spec if isinstance(spec, list) else [spec]):
+            x = layer(x)
+x = L.GlobalAveragePooling2D()(x)
+out = L.Dense(10, activation="softmax")(x)
+model = keras.Model(inp, out)
+profile = profile_model(model)
+est = estimate_memory(profile, TrainingConfig(batch_size=batch, optimizer="sgd", precision=precision))
+model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+xb = np.random.rand(batch, 32, 32, 16).astype("float32"); yb = np.random.randint(0, 10, size=(batch,))
+model.train_on_batch(xb, yb)
+tf.config.experimental.reset_memory_stats("CPU:0")
+model.train_on_batch(xb, yb)
+peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+print("RESULT", json.dumps({"measured": peak, "estimated": est.peak_bytes, "phase": est.peak_phase}))
+'''
+
+
+def run(kind: str, k: int, batch: int, precision: str) -> dict:
+    code = CHILD.replace("ROOT", repr(ROOT)).replace("KIND", repr(kind)).replace("SPEC", KINDS[kind])
+    code = code.replace("K, BATCH, PRECISION", f"{k}, {batch}, {precision!r}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(out.stderr[-2000:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kinds", nargs="*", default=list(KINDS))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--precision", default="float32")
+    args = parser.parse_args()
+    unit = 32 * 32 * 16 * 4 * args.batch  # one float32 feature map of the stack
+    print(f"{'probe':10s} {'k':>2s} {'measured':>9s} {'estimated':>9s} {'error':>7s}  (MiB; a feature map is {unit / 2**20:.2f} MiB)")
+    for kind in args.kinds:
+        for k in (2, 6):
+            r = run(kind, k, args.batch, args.precision)
+            err = (r["estimated"] - r["measured"]) / r["measured"]
+            print(f"{kind:10s} {k:2d} {r['measured'] / 2**20:9.2f} {r['estimated'] / 2**20:9.2f} {err * 100:+6.1f}%  {r['phase']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""GPU memory of one Keras/TensorFlow training step: the engine.
+
+Pure Python; only ``calc.keras_adapter`` imports Keras, and only when a model has to
+be built or measured.
+"""
+
+from calc.catalogue import CATALOGUE, ModelSpec, make_spec
+from calc.estimate import estimate_memory, max_batch_size, memory_curve
+from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
+from calc.types import (
+    LayerStats,
+    MemoryBreakdown,
+    ModelProfile,
+    Optimizer,
+    OptimizerOptions,
+    Precision,
+    TrainingConfig,
+    TrainMode,
+)
+
+__all__ = [
+    "CATALOGUE", "GPU_PRESETS", "GpuPreset", "LayerStats", "MemoryBreakdown", "ModelProfile",
+    "ModelSpec", "Optimizer", "OptimizerOptions", "Precision", "TrainMode", "TrainingConfig",
+    "custom_gpu", "estimate_memory", "lookup_gpu", "make_spec", "max_batch_size", "memory_curve",
+]

@@ -1,0 +1,181 @@
+"""The Keras applications catalogue as data, and validation of a model request.
+
+Pure Python: the Keras adapter turns a ``ModelSpec`` into a model. Sizes come from
+each application's ``obtain_input_shape(default_size=..., min_size=...)`` call in
+``keras/src/applications/*.py`` (Keras 3.15).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Weights this large are refused before anything is allocated: 1e9 float32
+# parameters are 4 GB of weights alone, the same again for gradients.
+MAX_PARAMS = 1_000_000_000
+MAX_IMAGE_SIDE = 8192
+MAX_CHANNELS = 64
+MAX_CLASSES = 1_000_000
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    name: str
+    family: str
+    default_size: int
+    min_size: int
+
+
+def _family(family: str, names_sizes: list[tuple[str, int]], min_size: int = 32):
+    return [CatalogueEntry(n, family, s, min_size) for n, s in names_sizes]
+
+
+CATALOGUE: dict[str, CatalogueEntry] = {
+    e.name: e
+    for e in [
+        *_family("VGG", [("VGG16", 224), ("VGG19", 224)]),
+        *_family("ResNet", [("ResNet50", 224), ("ResNet101", 224), ("ResNet152", 224)]),
+        *_family("ResNetV2", [("ResNet50V2", 224), ("ResNet101V2", 224), ("ResNet152V2", 224)]),
+        *_family("Inception", [("InceptionV3", 299), ("InceptionResNetV2", 299)], min_size=75),
+        *_family("Xception", [("Xception", 299)], min_size=71),
+        *_family("MobileNet", [("MobileNet", 224), ("MobileNetV2", 224)]),
+        *_family("MobileNetV3", [("MobileNetV3Small", 224), ("MobileNetV3Large", 224)]),
+        *_family("DenseNet", [("DenseNet121", 224), ("DenseNet169", 224), ("DenseNet201", 224)]),
+        *_family("NASNet", [("NASNetMobile", 224), ("NASNetLarge", 331)]),
+        *_family(
+            "EfficientNet",
+            [("EfficientNetB0", 224), ("EfficientNetB1", 240), ("EfficientNetB2", 260),
+             ("EfficientNetB3", 300), ("EfficientNetB4", 380), ("EfficientNetB5", 456),
+             ("EfficientNetB6", 528), ("EfficientNetB7", 600)],
+        ),
+        *_family(
+            "EfficientNetV2",
+            [("EfficientNetV2B0", 224), ("EfficientNetV2B1", 240), ("EfficientNetV2B2", 260),
+             ("EfficientNetV2B3", 300), ("EfficientNetV2S", 384), ("EfficientNetV2M", 480),
+             ("EfficientNetV2L", 480)],
+        ),
+        *_family(
+            "ConvNeXt",
+            [("ConvNeXtTiny", 224), ("ConvNeXtSmall", 224), ("ConvNeXtBase", 224),
+             ("ConvNeXtLarge", 224), ("ConvNeXtXLarge", 224)],
+        ),
+    ]
+}
+
+_LOWER = {name.lower(): name for name in CATALOGUE}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A catalogue model request: which application, at which input, with which head.
+
+    ``include_top=True`` is the application's own classifier; ``False`` is the Keras
+    transfer-learning shape (backbone, global average pooling, a new Dense head), the
+    one a frozen backbone is trained with.
+    """
+
+    name: str
+    height: int
+    width: int
+    channels: int = 3
+    include_top: bool = True
+    classes: int = 1000
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return (self.height, self.width, self.channels)
+
+    @property
+    def key(self) -> str:
+        top = "top" if self.include_top else "head"
+        return f"{self.name}-{self.height}x{self.width}x{self.channels}-{top}{self.classes}"
+
+
+def lookup(name: str) -> CatalogueEntry:
+    """Returns the catalogue entry for a name, case-insensitively.
+
+    Raises:
+        ValueError: naming the unknown model and a few close names.
+    """
+    if not isinstance(name, str) or name.lower() not in _LOWER:
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(CATALOGUE), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"Unknown model {name!r}. Expected one of the Keras applications "
+            f"(see `python -m calc models`).{hint}"
+        )
+    return CATALOGUE[_LOWER[name.lower()]]
+
+
+def _positive_int(name: str, value: object, upper: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+    if not 1 <= value <= upper:
+        raise ValueError(f"{name} must be between 1 and {upper}. Received: {name}={value}")
+    return value
+
+
+def make_spec(
+    name: str,
+    image_size: int | None = None,
+    *,
+    height: int | None = None,
+    width: int | None = None,
+    channels: int = 3,
+    include_top: bool = True,
+    classes: int = 1000,
+) -> ModelSpec:
+    """Validates a catalogue request and returns its ``ModelSpec``.
+
+    Args:
+        name: a Keras application name (``"ResNet50"``), case-insensitive.
+        image_size: square side in pixels; default: the model's own default size.
+        height, width: a non-square input (override ``image_size``).
+        channels, include_top, classes: as in ``keras.applications``.
+
+    Returns:
+        A validated ``ModelSpec``.
+
+    Raises:
+        ValueError: with what was expected and what came.
+
+    Example:
+        >>> make_spec("resnet50", 160).key
+        'ResNet50-160x160x3-top1000'
+    """
+    entry = lookup(name)
+    side = entry.default_size if image_size is None else image_size
+    _positive_int("image_size", side, MAX_IMAGE_SIDE)
+    h = _positive_int("height", side if height is None else height, MAX_IMAGE_SIDE)
+    w = _positive_int("width", side if width is None else width, MAX_IMAGE_SIDE)
+    _positive_int("channels", channels, MAX_CHANNELS)
+    _positive_int("classes", classes, MAX_CLASSES)
+    if min(h, w) < entry.min_size:
+        raise ValueError(
+            f"{entry.name} needs an input of at least {entry.min_size}x{entry.min_size} pixels. "
+            f"Received: {h}x{w}"
+        )
+    spec = ModelSpec(entry.name, h, w, channels, bool(include_top), classes)
+    params = approximate_params(spec)
+    if params > MAX_PARAMS:
+        raise ValueError(
+            f"{entry.name} at {h}x{w} with include_top={spec.include_top} has about "
+            f"{params:,} parameters ({params * 4 / 1024**3:,.1f} GiB of float32 weights alone); "
+            f"the limit is {MAX_PARAMS:,}. Use a smaller image or include_top=False."
+        )
+    return spec
+
+
+def approximate_params(spec: ModelSpec) -> int:
+    """Parameters that grow with the image: VGG's Flatten -> fc1 top (others pool first).
+
+    Only the size-dependent part is counted exactly; it is what can make a request
+    absurd. Other applications' parameters do not depend on the image size and are
+    all below ``MAX_PARAMS``.
+    """
+    if spec.include_top and spec.name in ("VGG16", "VGG19"):
+        # Five 2x2 max-pools with 'valid' padding: each floors the side by two.
+        flat = (spec.height // 32) * (spec.width // 32) * 512
+        return flat * 4096 + 4096 + 4097 * 4096 + 4097 * spec.classes
+    return 0

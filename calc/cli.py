@@ -1,0 +1,276 @@
+"""Command line: ``python -m calc {estimate,measure,max-batch,models,gpus,validate}``.
+
+``estimate`` and ``measure`` take the same options; with ``--json`` each prints one
+JSON object with ``peak_bytes`` and ``components``. Bad options print one line and
+exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from calc.catalogue import CATALOGUE, ModelSpec, make_spec
+from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
+from calc.types import Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+
+GIB = 1024**3
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, status 2
+        raise UsageError(message)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
+    return value
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a Keras application, e.g. ResNet50 (see `models`)")
+    p.add_argument("--image-size", type=_positive, help="square side in pixels (default: the model's own)")
+    p.add_argument("--height", type=_positive)
+    p.add_argument("--width", type=_positive)
+    p.add_argument("--channels", type=_positive, default=3)
+    p.add_argument("--classes", type=_positive, default=1000)
+    p.add_argument("--no-top", action="store_true", help="backbone + global pooling + new Dense head")
+    p.add_argument("--batch-size", type=_positive, default=32, help="global batch of one training step")
+    p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default="adam")
+    p.add_argument("--momentum", action="store_true", help="SGD/RMSprop with momentum")
+    p.add_argument("--amsgrad", action="store_true")
+    p.add_argument("--centered", action="store_true", help="centered RMSprop")
+    p.add_argument("--ema", action="store_true", help="use_ema=True")
+    p.add_argument("--precision", choices=[p.value for p in Precision], default="float32")
+    p.add_argument("--frozen-backbone", action="store_true", help="Keras transfer-learning recipe (implies --no-top)")
+    p.add_argument("--last-n", type=_positive, help="train only the last N layers")
+    p.add_argument("--grad-accum", type=_positive, default=1, help="gradient_accumulation_steps")
+    p.add_argument("--gpus", type=_positive, default=1, help="data-parallel replicas")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_gpu_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", help=f"a preset: {', '.join(GPU_PRESETS)}")
+    p.add_argument("--memory-gib", type=float, help="a custom card size in GiB")
+    p.add_argument("--margin", type=float, default=0.0, help="safety margin, a fraction (0.1 = 10%%)")
+
+
+def _spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:
+    frozen = args.frozen_backbone
+    if frozen and args.last_n:
+        raise ValueError("--frozen-backbone and --last-n exclude each other.")
+    spec = make_spec(
+        args.model,
+        args.image_size,
+        height=args.height,
+        width=args.width,
+        channels=args.channels,
+        include_top=not (args.no_top or frozen),
+        classes=args.classes,
+    )
+    mode = TrainMode.FROZEN_BACKBONE if frozen else TrainMode.LAST_N if args.last_n else TrainMode.ALL
+    config = TrainingConfig(
+        batch_size=args.batch_size,
+        optimizer=Optimizer(args.optimizer),
+        optimizer_options=OptimizerOptions(
+            momentum=args.momentum, amsgrad=args.amsgrad, centered=args.centered, use_ema=args.ema
+        ),
+        precision=Precision(args.precision),
+        train_mode=mode,
+        last_n_layers=args.last_n or 0,
+        gradient_accumulation_steps=args.grad_accum,
+        num_gpus=args.gpus,
+    )
+    return spec, config
+
+
+def _gpu(args: argparse.Namespace) -> GpuPreset | None:
+    if args.gpu and args.memory_gib is not None:
+        raise ValueError("--gpu and --memory-gib exclude each other.")
+    if args.gpu:
+        return lookup_gpu(args.gpu)
+    if args.memory_gib is not None:
+        return custom_gpu(args.memory_gib)
+    return None
+
+
+def _print(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        print(json.dumps(obj))
+    else:
+        print("\n".join(lines))
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from calc.estimate import estimate_memory, max_batch_size
+    from calc.profiles import get_profile
+
+    spec, config = _spec_and_config(args)
+    gpu = _gpu(args)
+    profile = get_profile(spec)
+    b = estimate_memory(profile, config)
+    out: dict[str, Any] = {
+        "model": spec.key,
+        "batch_size": config.batch_size,
+        "per_device_batch": config.per_replica_batch,
+        "optimizer": config.optimizer.value,
+        "precision": config.precision.value,
+        "train_mode": config.train_mode.value,
+        "peak_bytes": b.peak_bytes,
+        "components": b.components(),
+        "peak_phase": b.peak_phase,
+        "unknown_layer_types": list(profile.unknown_layer_types),
+    }
+    lines = [f"{spec.key}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  {config.train_mode.value}"]
+    lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
+    lines.append(f"  {'predicted peak':20s} {b.peak_bytes / GIB:10.3f} GiB  ({b.peak_bytes:,} bytes, at {b.peak_phase})")
+    if gpu is not None:
+        need = b.peak_bytes + gpu.overhead_bytes
+        usable = int(gpu.memory_bytes * (1 - args.margin))
+        fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
+        out.update(gpu=gpu.key, gpu_memory_bytes=gpu.memory_bytes, framework_overhead_bytes=gpu.overhead_bytes,
+                   fits=need <= usable, max_batch_size=fit)
+        verdict = "fits" if need <= usable else "does NOT fit"
+        lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: {verdict} "
+                     f"({need / GIB:.2f} of {usable / GIB:.2f} GiB usable); largest batch that fits: {fit}")
+    if profile.unknown_layer_types:
+        lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
+    _print(out, args.json, lines)
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from calc.measure import measure_training_step
+
+    spec, config = _spec_and_config(args)
+    if config.num_gpus != 1:
+        raise ValueError("measure runs on one device; use --gpus 1 (and the per-device batch).")
+    m = measure_training_step(spec, config, repeats=args.repeats, timeout_s=args.timeout)
+    out = {
+        "model": spec.key,
+        "batch_size": config.batch_size,
+        "optimizer": config.optimizer.value,
+        "precision": config.precision.value,
+        "train_mode": config.train_mode.value,
+        "peak_bytes": m.peak_bytes,
+        "peaks_bytes": list(m.peaks_bytes),
+        "components": {"allocator_peak": m.peak_bytes},
+        "device": m.device,
+        "tensorflow": m.tensorflow,
+        "keras": m.keras,
+        "threads": m.threads,
+    }
+    lines = [f"{spec.key}  batch {config.batch_size}: measured peak {m.peak_bytes / GIB:.3f} GiB "
+             f"({m.peak_bytes:,} bytes; median of {len(m.peaks_bytes)} runs, spread {m.spread * 100:.1f}%) "
+             f"on {m.device}, TF {m.tensorflow}, {m.threads}"]
+    _print(out, args.json, lines)
+    return 0
+
+
+def cmd_max_batch(args: argparse.Namespace) -> int:
+    from calc.estimate import max_batch_size
+    from calc.profiles import get_profile
+
+    spec, config = _spec_and_config(args)
+    gpu = _gpu(args)
+    if gpu is None:
+        raise ValueError("max-batch needs --gpu PRESET or --memory-gib N.")
+    profile = get_profile(spec)
+    fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
+    out = {"model": spec.key, "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
+           "framework_overhead_bytes": gpu.overhead_bytes, "safety_margin": args.margin, "max_batch_size": fit}
+    _print(out, args.json, [f"{spec.key} on {gpu.name} (margin {args.margin:.0%}): largest batch {fit}"])
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    rows = [{"name": e.name, "family": e.family, "default_size": e.default_size, "min_size": e.min_size}
+            for e in CATALOGUE.values()]
+    _print({"models": rows}, args.json,
+           [f"{r['name']:20s} {r['family']:15s} default {r['default_size']}px, min {r['min_size']}px" for r in rows])
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    rows = [{"key": g.key, "name": g.name, "memory_bytes": g.memory_bytes, "architecture": g.architecture,
+             "bf16": g.bf16, "framework_overhead_bytes": g.overhead_bytes} for g in GPU_PRESETS.values()]
+    _print({"gpus": rows}, args.json,
+           [f"{r['key']:16s} {r['name']:40s} {r['memory_bytes'] / GIB:7.2f} GiB  {r['architecture']}" for r in rows])
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from calc.validation import CPU_DATA, summarize, validate
+
+    rows = validate(Path(args.data) if args.data else CPU_DATA)
+    s = summarize(rows)
+    out = {
+        "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
+                   "relative_error": round(r.relative_error, 4), "measured_spread": r.spread} for r in rows],
+        "median_abs_error": s.median_abs, "p90_abs_error": s.p90_abs, "max_abs_error": s.max_abs,
+        "under_predicted": s.under_count, "worst_under_prediction": s.worst_under,
+    }
+    lines = [f"{'case':72s} {'measured':>10s} {'predicted':>10s} {'error':>8s}"]
+    lines += [f"{r.case:72s} {r.measured_bytes / 2**20:8.1f}Mi {r.predicted_bytes / 2**20:8.1f}Mi {r.relative_error * 100:+7.1f}%"
+              for r in rows]
+    lines.append(f"{s.cases} cases: median |error| {s.median_abs * 100:.1f}%, 90th percentile {s.p90_abs * 100:.1f}%, "
+                 f"max {s.max_abs * 100:.1f}%; under-predicted {s.under_count} cases, worst {s.worst_under * 100:+.1f}%")
+    _print(out, args.json, lines)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m calc", description="GPU memory of one Keras training step.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("estimate", help="predict the peak of one training step")
+    _add_model_options(p)
+    _add_gpu_options(p)
+    p.set_defaults(func=cmd_estimate)
+    p = sub.add_parser("measure", help="run real training steps and read TensorFlow's allocator peak")
+    _add_model_options(p)
+    p.add_argument("--repeats", type=_positive, default=3)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("max-batch", help="largest batch that fits a GPU")
+    _add_model_options(p)
+    _add_gpu_options(p)
+    p.set_defaults(func=cmd_max_batch)
+    p = sub.add_parser("models", help="the Keras applications catalogue")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("gpus", help="GPU presets")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_gpus)
+    p = sub.add_parser("validate", help="estimate every measured case and print the error table")
+    p.add_argument("--data", help="a validation JSON file (default: the CPU set)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from calc.measure import MeasurementError
+
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (UsageError, ValueError, MeasurementError) as exc:
+        print(f"calc: error: {exc}".replace("\n", " "), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

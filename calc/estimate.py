@@ -1,0 +1,442 @@
+"""The estimate: a walk over one training step, layer by layer.
+
+The step is simulated as TensorFlow runs it: the forward pass allocates each layer's
+output and frees a tensor after its last forward reader unless a gradient will read
+it (``calc.rules``); the backward pass runs the layers in reverse, allocating input
+gradients and weight gradients and freeing what each layer kept; then the optimizer
+applies all gradients at once. Every moment of the walk has its live bytes as
+``fixed + per_sample * batch`` per component, so one walk serves every batch size:
+the peak for a batch is the largest of those lines, kept as their upper envelope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from calc.optimizers import SCALAR_VARIABLES, UPDATE_SCRATCH, slots_per_variable
+from calc.rules import NOTHING, rule_for
+from calc.types import (
+    MemoryBreakdown,
+    ModelProfile,
+    Optimizer,
+    Precision,
+    TrainingConfig,
+    TrainMode,
+)
+
+COMPONENTS = (
+    "weights",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "backward_transient",
+    "input_batch",
+    "other",
+)
+W, G, OPT, ACT, TRANS, INPUT, OTHER = range(len(COMPONENTS))
+
+FLOAT32 = 4
+LABEL_BYTES = 8  # numpy integer labels arrive as int64
+# The allocator hands out multiples of 256 bytes (MEMORY_FACTS.md).
+ALLOCATION_GRANULE = 256
+# With oneDNN on (the default x86-64 build), TensorFlow's CPU allocator serves
+# requests below 256 KiB from a separate small-size allocator whose bytes the
+# reported peak does not include (measured: tensors of 65,536 and 200,000 bytes
+# leave ``current`` unchanged, 262,144 bytes add 262,144; mkl_cpu_allocator.h
+# kSmallAllocationsThreshold).
+UNTRACKED_BELOW = 262_144
+# Keras applies each gradient as soon as it exists (no control dependency between
+# the per-variable updates), but the executor runs the update ops behind the backward
+# ops already queued: measured on ResNet50 and MobileNetV2 (batch 1-32), the peak
+# matches gradients of the last three weighted layers still alive.
+GRADIENT_LAG = 3
+
+
+# The BFC allocator hands out a free chunk unsplit unless it is at least twice the
+# request or the remainder is at least 128 MiB, so a tensor often occupies more than
+# its size. Measured on stacks of one layer type (benchmarks/probe_layers.py): each
+# added feature map raised the peak by 1.08x its size.
+FRAGMENTATION = 0.08
+SPLIT_ALWAYS_ABOVE = 128 << 20
+
+
+def counted_bytes(nbytes: int) -> int:
+    """Bytes one allocation adds to the allocator peak TensorFlow reports."""
+    if nbytes < UNTRACKED_BELOW:
+        return 0
+    rounded = -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
+    if rounded >= SPLIT_ALWAYS_ABOVE:
+        return rounded
+    return rounded + int(rounded * FRAGMENTATION) // ALLOCATION_GRANULE * ALLOCATION_GRANULE
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Live allocations at one moment of the step, per component.
+
+    ``fixed`` holds bytes that do not depend on the batch (already counted as the
+    allocator counts them); ``per_sample`` holds, per component, pairs of
+    (bytes per sample of one tensor, how many such tensors are live).
+    """
+
+    phase: str
+    fixed: tuple[int, ...]
+    per_sample: tuple[tuple[tuple[int, int], ...], ...]
+
+    def components(self, batch: int) -> list[int]:
+        return [
+            f + sum(n * counted_bytes(size * batch) for size, n in hist)
+            for f, hist in zip(self.fixed, self.per_sample)
+        ]
+
+    def total(self, batch: int) -> int:
+        return sum(self.components(batch))
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The moments of one step that can be its peak for some batch size."""
+
+    moments: tuple[Moment, ...]
+    unknown_layer_types: tuple[str, ...]
+
+    def peak_moment(self, batch: int) -> Moment:
+        return max(self.moments, key=lambda m: m.total(batch))
+
+
+class _Ledger:
+    """Running live allocations of the walk, per component."""
+
+    def __init__(self) -> None:
+        self.fixed = [0] * len(COMPONENTS)
+        self.live: list[dict[int, int]] = [{} for _ in COMPONENTS]
+        self.moments: list[Moment] = []
+
+    def add(self, component: int, per_sample_bytes: int, count: int = 1) -> None:
+        if per_sample_bytes <= 0 or count == 0:
+            return
+        hist = self.live[component]
+        n = hist.get(per_sample_bytes, 0) + count
+        if n:
+            hist[per_sample_bytes] = n
+        else:
+            del hist[per_sample_bytes]
+
+    def remove(self, component: int, per_sample_bytes: int) -> None:
+        self.add(component, per_sample_bytes, -1)
+
+    def snapshot(self, phase: str, extra_fixed: int = 0, extra_per_sample: tuple[int, ...] = ()) -> None:
+        fixed = list(self.fixed)
+        fixed[TRANS] += extra_fixed
+        hists = [dict(h) for h in self.live]
+        for size in extra_per_sample:
+            if size > 0:
+                hists[TRANS][size] = hists[TRANS].get(size, 0) + 1
+        self.moments.append(
+            Moment(phase, tuple(fixed), tuple(tuple(sorted(h.items())) for h in hists))
+        )
+
+
+def _tensors(multiple: float, size: int) -> list[int]:
+    """``multiple`` tensors of ``size`` bytes: whole ones, then one fractional."""
+    whole = int(multiple)
+    rest = int((multiple - whole) * size)
+    return [size] * whole + ([rest] if rest else [])
+
+
+def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[list[bool], list[bool]]:
+    """Per layer: (its weights are trained, it runs in inference mode)."""
+    n = len(profile.layers)
+    if config.train_mode is TrainMode.ALL:
+        return [True] * n, [False] * n
+    if config.train_mode is TrainMode.FROZEN_BACKBONE:
+        if not profile.has_backbone:
+            raise ValueError(
+                "train_mode='frozen_backbone' needs a model with a backbone and a new head "
+                "(catalogue models with include_top=False)."
+            )
+        frozen = [layer.in_backbone for layer in profile.layers]
+        return [not f for f in frozen], frozen
+    first = max(0, n - config.last_n_layers)
+    return [i >= first for i in range(n)], [i < first for i in range(n)]
+
+
+def _simulate(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
+    layers = profile.layers
+    precision = config.precision
+    cb = precision.compute_bytes
+    trained, inference = _trainable_flags(profile, config)
+    has_weights = [t and l.trainable_params > 0 for t, l in zip(trained, layers)]
+
+    n_tensors = len(profile.tensor_elements)
+    producer = [-1] * n_tensors
+    alias = list(range(n_tensors))
+    nbytes = [0] * n_tensors
+    for t in profile.input_ids:
+        nbytes[t] = FLOAT32 * profile.tensor_elements[t]
+    for i, layer in enumerate(layers):
+        rule, _, _ = rule_for(layer.layer_type, layer.activation)
+        out_bytes = FLOAT32 if layer.float32_compute else cb
+        for t in layer.output_ids:
+            producer[t] = i
+            if rule.aliases_input and layer.input_ids:
+                alias[t] = alias[layer.input_ids[0]]
+            else:
+                nbytes[t] = out_bytes * profile.tensor_elements[t]
+
+    # Which tensors carry a gradient: those downstream of a trained weight.
+    requires_grad = [False] * n_tensors
+    backward = [False] * len(layers)
+    for i, layer in enumerate(layers):
+        flows = has_weights[i] or any(requires_grad[t] for t in layer.input_ids)
+        backward[i] = flows
+        for t in layer.output_ids:
+            requires_grad[t] = flows
+
+    # What each backward layer keeps: shared tensors by id, private ones by size.
+    keepers = [0] * n_tensors
+    kept_ids: list[list[int]] = [[] for _ in layers]
+    private: list[list[int]] = [[] for _ in layers]
+    private_fixed = [0] * len(layers)
+    unknown: set[str] = set(profile.unknown_layer_types)
+    for i, layer in enumerate(layers):
+        if not backward[i]:
+            continue
+        rule, act, known = rule_for(layer.layer_type, layer.activation)
+        if not known:
+            unknown.add(layer.layer_type if layer.activation == "linear" else f"{layer.layer_type}({layer.activation})")
+        if inference[i] and layer.layer_type in ("BatchNormalization", "Dropout", "SpatialDropout2D"):
+            # Inference mode: BN is x * inv + c with constant inv; Dropout is identity.
+            rule = NOTHING
+        need_input = any(requires_grad[t] for t in layer.input_ids)
+        out_elems = [profile.tensor_elements[t] for t in layer.output_ids]
+        keep: list[int] = []
+        if rule.keeps_input and (has_weights[i] or (need_input and not rule.input_for_weights_only)):
+            for t in layer.input_ids:
+                elems = profile.tensor_elements[t]
+                if precision.is_mixed and producer[alias[t]] == -1 and not layer.float32_compute:
+                    # Keras casts a float32 model input to the compute dtype: the copy is kept.
+                    private[i].append(cb * elems)
+                else:
+                    keep.append(alias[t])
+                if precision.is_mixed and layer.layer_type == "BatchNormalization":
+                    # keras tf backend moments() computes on a float32 cast of the input.
+                    private[i].append(FLOAT32 * elems)
+        if rule.keeps_output:
+            keep.extend(alias[t] for t in layer.output_ids)
+        for e in out_elems:
+            private[i].extend(_tensors(rule.extra_outputs, cb * e))
+            if rule.mask_bytes_per_element:
+                private[i].append(rule.mask_bytes_per_element * e)
+            if act.keeps_input:
+                private[i].append(cb * e)  # the pre-activation tensor
+            private[i].extend(_tensors(act.extra_outputs, cb * e))
+        if act.keeps_output:
+            keep.extend(alias[t] for t in layer.output_ids)
+        if precision.is_mixed and rule.input_for_weights_only and need_input:
+            # dX = dY * W^T reads the 16-bit copy of the kernel made for the forward pass.
+            private_fixed[i] += sum(counted_bytes(cb * e) for e in layer.trainable_weight_elements)
+        for t in set(keep):
+            if producer[t] != -1:  # model inputs are live all step anyway
+                keepers[t] += 1
+                kept_ids[i].append(t)
+
+    last_forward_use = [-1] * n_tensors
+    for i, layer in enumerate(layers):
+        for t in layer.input_ids:
+            last_forward_use[alias[t]] = i
+    outputs = {alias[t] for t in profile.output_ids}
+
+    ledger = _Ledger()
+    trainable_elements = [
+        e for i, l in enumerate(layers) if has_weights[i] for e in l.trainable_weight_elements
+    ]
+    all_weights = [e for l in layers for e in (*l.trainable_weight_elements, *l.non_trainable_weight_elements)]
+    ledger.fixed[W] = sum(counted_bytes(FLOAT32 * e) for e in all_weights)
+    slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
+    ledger.fixed[OPT] = slots * sum(counted_bytes(FLOAT32 * e) for e in trainable_elements)
+    for t in profile.input_ids:
+        ledger.add(INPUT, nbytes[t])
+    ledger.add(INPUT, LABEL_BYTES * profile.label_elements)
+
+    live = [False] * n_tensors
+    for i, layer in enumerate(layers):
+        for t in layer.output_ids:
+            if alias[t] == t:
+                ledger.add(ACT, nbytes[t])
+                live[t] = True
+        for size in private[i]:
+            ledger.add(ACT, size)
+        ledger.fixed[ACT] += private_fixed[i]
+        rule, _, _ = rule_for(layer.layer_type, layer.activation)
+        scratch = tuple(int(rule.forward_scratch * nbytes[t]) for t in layer.output_ids)
+        ledger.snapshot(f"forward {layer.name}", extra_per_sample=scratch)
+        for t in {alias[x] for x in (*layer.input_ids, *layer.output_ids)}:
+            done = last_forward_use[t] <= i
+            if live[t] and done and keepers[t] == 0 and t not in outputs:
+                ledger.remove(ACT, nbytes[t])
+                live[t] = False
+
+    # The loss reads the predictions: a few temporaries of their size.
+    ledger.snapshot("loss", extra_per_sample=tuple(nbytes[t] for t in outputs for _ in range(3)))
+    grad_live = [False] * n_tensors
+    for t in outputs:
+        grad_live[t] = True
+        ledger.add(TRANS, nbytes[t])
+        if keepers[t] == 0 and live[t]:
+            ledger.remove(ACT, nbytes[t])
+            live[t] = False
+
+    pending_updates: list[tuple[int, int]] = []
+    # With gradient accumulation Keras wraps the whole update in one ops.cond, which
+    # waits for every gradient.
+    lag = GRADIENT_LAG if config.gradient_accumulation_steps == 1 else len(layers)
+
+    def largest_of(layer):
+        return max((counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements), default=0)
+
+    for i in range(len(layers) - 1, -1, -1):
+        if not backward[i]:
+            continue
+        layer = layers[i]
+        rule, act, _ = rule_for(layer.layer_type, layer.activation)
+        in_bytes = [nbytes[alias[t]] for t in layer.input_ids]
+        out_bytes = [nbytes[t] for t in layer.output_ids]
+        extra = [x for b in in_bytes for x in _tensors(rule.backward_scratch, b)]
+        extra += [x for b in out_bytes for x in _tensors(act.backward_scratch, b)]
+        for t in {alias[x] for x in layer.input_ids}:
+            if not requires_grad[t]:
+                continue
+            if grad_live[t]:
+                extra.append(nbytes[t])  # a second contribution, added into the first
+            else:
+                grad_live[t] = True
+                ledger.add(TRANS, nbytes[t])
+        if has_weights[i]:
+            grad_bytes = sum(counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements)
+            ledger.fixed[G] += grad_bytes
+            pending_updates.append((grad_bytes, largest_of(layer)))
+        update_scratch = 0
+        while len(pending_updates) > lag:
+            grad_bytes, biggest = pending_updates.pop(0)
+            ledger.fixed[G] -= grad_bytes
+            update_scratch = max(update_scratch, UPDATE_SCRATCH[config.optimizer] * biggest)
+        ledger.snapshot(f"backward {layer.name}", extra_fixed=update_scratch, extra_per_sample=tuple(extra))
+        for t in {alias[x] for x in layer.output_ids}:
+            if grad_live[t]:
+                grad_live[t] = False
+                ledger.remove(TRANS, nbytes[t])
+        for t in kept_ids[i]:
+            keepers[t] -= 1
+            if keepers[t] == 0 and live[t]:
+                ledger.remove(ACT, nbytes[t])
+                live[t] = False
+        for size in private[i]:
+            ledger.remove(ACT, size)
+        ledger.fixed[ACT] -= private_fixed[i]
+
+    largest = max((b for _, b in pending_updates), default=0)
+    scratch_fixed = UPDATE_SCRATCH[config.optimizer] * largest
+    if precision is Precision.MIXED_FLOAT16:
+        # LossScaleOptimizer unscales every gradient before applying: a second set.
+        scratch_fixed += ledger.fixed[G]
+    ledger.snapshot("optimizer update", extra_fixed=scratch_fixed)
+    return StepPlan(_prune(ledger.moments), tuple(sorted(unknown)))
+
+
+# Batch sizes at which moments are compared to find the ones that can be the peak.
+_PROBE_BATCHES = tuple(sorted({*range(1, 65), *(int(1.1 ** k) for k in range(40, 140))}))
+
+
+def _prune(moments: list[Moment]) -> tuple[Moment, ...]:
+    """Keeps the moments within 1 % of the largest at some probed batch size."""
+    keep: set[int] = set()
+    for b in _PROBE_BATCHES:
+        totals = [m.total(b) for m in moments]
+        top = max(totals)
+        keep.update(i for i, v in enumerate(totals) if v >= 0.99 * top)
+    return tuple(moments[i] for i in sorted(keep))
+
+
+@lru_cache(maxsize=256)
+def plan_step(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
+    """Walks one training step for a profile and a config (the batch size is ignored).
+
+    Cached: moving the batch size reuses the plan.
+    """
+    return _simulate(profile, _without_batch(config))
+
+
+def _without_batch(config: TrainingConfig) -> TrainingConfig:
+    return TrainingConfig(
+        batch_size=config.num_gpus,
+        optimizer=config.optimizer,
+        optimizer_options=config.optimizer_options,
+        precision=config.precision,
+        train_mode=config.train_mode,
+        last_n_layers=config.last_n_layers,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        num_gpus=config.num_gpus,
+    )
+
+
+def estimate_memory(profile: ModelProfile, config: TrainingConfig) -> MemoryBreakdown:
+    """Predicts the allocator peak of one training step on one device.
+
+    Args:
+        profile: the model's ledger (``calc.keras_adapter.profile_model``).
+        config: batch size (global; split over ``num_gpus``), optimizer, precision...
+
+    Returns:
+        A ``MemoryBreakdown`` whose components sum to ``peak_bytes``.
+    """
+    plan = plan_step(profile, config)
+    batch = config.per_replica_batch
+    m = plan.peak_moment(batch)
+    return MemoryBreakdown(*m.components(batch), peak_phase=m.phase)
+
+
+def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: range | list[int]) -> list[int]:
+    """Predicted peak bytes for each global batch size (one plan, evaluated per batch)."""
+    plan = plan_step(profile, config)
+    gpus = config.num_gpus
+    return [max(m.total(max(1, b // gpus)) for m in plan.moments) for b in batch_sizes]
+
+
+def max_batch_size(
+    profile: ModelProfile,
+    config: TrainingConfig,
+    budget_bytes: int,
+    *,
+    overhead_bytes: int = 0,
+    safety_margin: float = 0.0,
+    limit: int = 1 << 20,
+) -> int:
+    """The largest global batch whose peak plus overhead fits ``budget * (1 - margin)``.
+
+    Returns 0 when not even one sample per device fits; at most ``limit`` per
+    device. Batches are multiples of ``num_gpus``. Peaks grow with the batch, so a
+    doubling search then a bisection finds the edge.
+    """
+    if not 0.0 <= safety_margin < 1.0:
+        raise ValueError(f"safety_margin must be in [0, 1). Received: safety_margin={safety_margin}")
+    usable = int(budget_bytes * (1.0 - safety_margin)) - overhead_bytes
+    plan = plan_step(profile, config)
+
+    def fits(per_device: int) -> bool:
+        return max(m.total(per_device) for m in plan.moments) <= usable
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and fits(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo * config.num_gpus

@@ -1,0 +1,278 @@
+"""The only module that imports Keras or TensorFlow.
+
+It turns a ``keras.Model`` into a ``ModelProfile`` (plain data), builds catalogue
+models, and runs the real measurement of one training step. Everything is imported
+lazily so that importing ``calc`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+from calc.catalogue import ModelSpec
+from calc.rules import is_known_layer_type
+from calc.types import LayerStats, ModelProfile, TrainingConfig, TrainMode
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def _keras():
+    import keras
+
+    return keras
+
+
+def _elements(shape: Any) -> int:
+    dims = [d for d in tuple(shape)[1:]]
+    if any(d is None for d in dims):
+        raise ValueError(
+            f"Every dimension but the batch must be known to estimate memory. Received shape {tuple(shape)}"
+        )
+    return int(math.prod(dims))
+
+
+def _activation_name(op: Any) -> str:
+    fn = getattr(op, "activation", None)
+    if fn is None:
+        return "linear"
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _is_functional(op: Any) -> bool:
+    return hasattr(op, "_nodes_by_depth") and hasattr(op, "inputs")
+
+
+def _detail(op: Any) -> str:
+    parts = []
+    for attr in ("kernel_size", "pool_size", "strides", "rate", "axis", "approximate"):
+        value = getattr(op, attr, None)
+        if value is not None and not callable(value):
+            parts.append(f"{attr}={value}")
+    return " ".join(parts)
+
+
+def _walk(model: Any, backbone: Any = None) -> tuple[list[tuple[Any, LayerStats]], list[int], list[int], list[int]]:
+    """Flattens a functional model (nested models inlined) into ledger rows in run order."""
+    elements: list[int] = []
+    rows: list[tuple[Any, LayerStats]] = []
+    seen_weights: set[int] = set()
+    global_policy = _keras().config.dtype_policy().name
+
+    def new_tensor(kt: Any) -> int:
+        elements.append(_elements(kt.shape))
+        return len(elements) - 1
+
+    def visit(fn: Any, tensor_map: dict[int, int], in_backbone: bool) -> None:
+        for depth in sorted(fn._nodes_by_depth, reverse=True):
+            for node in fn._nodes_by_depth[depth]:
+                op = node.operation
+                if op is None or node.is_input:
+                    continue
+                in_ids = tuple(tensor_map[id(x)] for x in node.input_tensors)
+                if _is_functional(op):
+                    inner = {id(x): t for x, t in zip(op.inputs, in_ids)}
+                    visit(op, inner, in_backbone or op is backbone)
+                    for outer, inner_out in zip(node.outputs, op.outputs):
+                        tensor_map[id(outer)] = inner[id(inner_out)]
+                    continue
+                out_ids = tuple(new_tensor(kt) for kt in node.outputs)
+                for kt, t in zip(node.outputs, out_ids):
+                    tensor_map[id(kt)] = t
+                trainable, frozen = [], []
+                shares = False
+                for v in getattr(op, "weights", []):
+                    if id(v) in seen_weights:
+                        shares = True
+                        continue
+                    seen_weights.add(id(v))
+                    size = int(math.prod(v.shape))
+                    (trainable if v.trainable else frozen).append(size)
+                policy = getattr(op, "dtype_policy", None)
+                f32 = bool(
+                    policy is not None
+                    and policy.compute_dtype == "float32"
+                    and policy.name != global_policy
+                )
+                rows.append(
+                    (
+                        op,
+                        LayerStats(
+                            name=op.name,
+                            layer_type=type(op).__name__,
+                            input_ids=in_ids,
+                            output_ids=out_ids,
+                            output_shapes=tuple(tuple(kt.shape[1:]) for kt in node.outputs),
+                            trainable_weight_elements=tuple(trainable),
+                            non_trainable_weight_elements=tuple(frozen),
+                            activation=_activation_name(op),
+                            float32_compute=f32,
+                            in_backbone=in_backbone,
+                            shares_weights=shares,
+                            detail=_detail(op),
+                        ),
+                    )
+                )
+
+    if not _is_functional(model):
+        raise ValueError(
+            "Only functional and Sequential Keras models can be profiled (subclassed models "
+            f"have no graph to read). Received: {type(model).__name__}"
+        )
+    tensor_map: dict[int, int] = {}
+    input_ids = [new_tensor(x) for x in model.inputs]
+    for x, t in zip(model.inputs, input_ids):
+        tensor_map[id(x)] = t
+    visit(model, tensor_map, False)
+    output_ids = [tensor_map[id(x)] for x in model.outputs]
+    return rows, elements, input_ids, output_ids
+
+
+def profile_model(model: Any, name: str | None = None, backbone: Any = None) -> ModelProfile:
+    """Reads a built functional ``keras.Model`` into a ``ModelProfile``.
+
+    Args:
+        model: a functional or Sequential Keras model with known input shapes.
+        name: the profile's name (default: the model's).
+        backbone: a nested model whose layers are marked ``in_backbone``.
+
+    Returns:
+        The per-layer ledger; unknown layer types are listed, not dropped.
+    """
+    rows, elements, input_ids, output_ids = _walk(model, backbone)
+    layers = tuple(stats for _, stats in rows)
+    unknown = sorted({l.layer_type for l in layers if not is_known_layer_type(l.layer_type)})
+    out_shape = tuple(model.outputs[0].shape[1:])
+    # Sparse integer labels: one int32 per sample per output position.
+    label_elements = int(math.prod(out_shape[:-1])) if len(out_shape) > 1 else 1
+    return ModelProfile(
+        name=name or model.name,
+        input_shape=tuple(int(d) for d in model.inputs[0].shape[1:]),
+        layers=layers,
+        tensor_elements=tuple(elements),
+        input_ids=tuple(input_ids),
+        output_ids=tuple(output_ids),
+        label_elements=label_elements,
+        unknown_layer_types=tuple(unknown),
+    )
+
+
+def build_model(spec: ModelSpec, precision: str = "float32", train_mode: TrainMode = TrainMode.ALL) -> tuple[Any, Any]:
+    """Builds a catalogue model with ``weights=None``. Returns ``(model, backbone or None)``.
+
+    ``include_top=False`` gives the Keras transfer-learning recipe: the application
+    without its top, global average pooling and a new softmax Dense head; with a frozen
+    backbone the backbone is called with ``training=False``, as the Keras guide does.
+    """
+    keras = _keras()
+    keras.config.set_dtype_policy(precision)
+    app = getattr(keras.applications, spec.name)
+    if spec.include_top:
+        model = app(weights=None, include_top=True, input_shape=spec.input_shape, classes=spec.classes)
+        return model, None
+    base = app(weights=None, include_top=False, input_shape=spec.input_shape)
+    inputs = keras.Input(spec.input_shape)
+    if train_mode is TrainMode.FROZEN_BACKBONE:
+        x = base(inputs, training=False)
+    else:
+        x = base(inputs)
+    x = keras.layers.GlobalAveragePooling2D(name="head_pool")(x)
+    outputs = keras.layers.Dense(spec.classes, activation="softmax", name="head_predictions")(x)
+    return keras.Model(inputs, outputs, name=f"{spec.name}_transfer"), base
+
+
+def profile_catalogue_model(spec: ModelSpec) -> ModelProfile:
+    """Builds a catalogue model once, reads its ledger, and lets the model go."""
+    keras = _keras()
+    model, backbone = build_model(spec)
+    try:
+        return profile_model(model, name=spec.key, backbone=backbone)
+    finally:
+        del model, backbone
+        keras.backend.clear_session()
+        gc.collect()
+
+
+def _optimizer(config: TrainingConfig) -> Any:
+    keras = _keras()
+    opts = config.optimizer_options
+    kwargs: dict[str, Any] = {}
+    name = config.optimizer.value
+    if opts.momentum and name in ("sgd", "rmsprop"):
+        kwargs["momentum"] = 0.9
+    if opts.amsgrad and name in ("adam", "adamw"):
+        kwargs["amsgrad"] = True
+    if opts.centered and name == "rmsprop":
+        kwargs["centered"] = True
+    if opts.use_ema:
+        kwargs["use_ema"] = True
+    if config.gradient_accumulation_steps > 1:
+        kwargs["gradient_accumulation_steps"] = config.gradient_accumulation_steps
+    cls = keras.optimizers.get(name).__class__
+    return cls(**kwargs)
+
+
+def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any]:
+    """Runs the measurement protocol of MEMORY_FACTS.md in this process.
+
+    One inter-op and one intra-op thread; build, compile, one warm-up
+    ``train_on_batch``, reset the allocator stats, one more step, read the peak.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    gpus = tf.config.list_physical_devices("GPU")
+    device = "GPU:0" if gpus else "CPU:0"
+    keras = _keras()
+    started = time.perf_counter()
+    model, backbone = build_model(spec, config.precision.value, config.train_mode)
+    if config.train_mode is TrainMode.FROZEN_BACKBONE:
+        if backbone is None:
+            raise ValueError("A frozen backbone needs include_top=False (the transfer-learning head).")
+        backbone.trainable = False
+    elif config.train_mode is TrainMode.LAST_N:
+        ops = [op for op, _ in _walk(model, backbone)[0]]
+        for op in ops[: max(0, len(ops) - config.last_n_layers)]:
+            op.trainable = False
+    model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy")
+    batch = config.per_replica_batch
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, *spec.input_shape), dtype=np.float32)
+    y = rng.integers(0, spec.classes, size=(batch,))
+    model.train_on_batch(x, y)
+    tf.config.experimental.reset_memory_stats(device)
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    model.train_on_batch(x, y)
+    info = tf.config.experimental.get_memory_info(device)
+    return {
+        "peak_bytes": int(info["peak"]),
+        "current_before_bytes": int(before),
+        "current_after_bytes": int(info["current"]),
+        "seconds": round(time.perf_counter() - started, 2),
+        "device": device,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "threads": "inter_op=1 intra_op=1",
+        "jit_compile": str(model.jit_compile),
+    }
+
+
+def _child_main(argv: list[str]) -> int:
+    """Entry of the measurement subprocess: one JSON request in, one JSON result out."""
+    from calc.requests import config_from_dict, spec_from_dict
+
+    request = json.loads(argv[0])
+    result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]))
+    sys.stdout.write("MEASURED " + json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child_main(sys.argv[1:]))

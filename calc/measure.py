@@ -1,0 +1,97 @@
+"""Real measurement of one training step, in a subprocess.
+
+The child runs ``calc.keras_adapter`` with one JSON request and prints one JSON
+result; a crash, an out-of-memory kill or a hang (timeout) in the child becomes a
+``MeasurementError`` here, never a crash of the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from calc.catalogue import ModelSpec
+from calc.requests import config_to_dict, spec_to_dict
+from calc.types import TrainingConfig
+
+
+class MeasurementError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Allocator peaks of repeated runs, each in a fresh process."""
+
+    peaks_bytes: tuple[int, ...]
+    device: str
+    tensorflow: str
+    keras: str
+    threads: str
+    seconds: float
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(statistics.median(self.peaks_bytes))
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the repeated peaks."""
+        return (max(self.peaks_bytes) - min(self.peaks_bytes)) / self.peak_bytes
+
+
+def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0) -> dict:
+    """Runs the protocol once in a fresh Python process and returns its JSON result."""
+    request = json.dumps({"spec": spec_to_dict(spec), "config": config_to_dict(config)})
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "calc.keras_adapter", request],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped") from exc
+    for line in proc.stdout.splitlines():
+        if line.startswith("MEASURED "):
+            return json.loads(line[len("MEASURED "):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    reason = "killed (out of memory?)" if proc.returncode < 0 else f"exit status {proc.returncode}"
+    raise MeasurementError(f"measurement of {spec.key} failed: {reason}: {' | '.join(tail)}")
+
+
+def measure_training_step(
+    spec: ModelSpec, config: TrainingConfig, *, repeats: int = 3, timeout_s: float = 600.0
+) -> Measurement:
+    """Measures the allocator peak of one training step ``repeats`` times.
+
+    Args:
+        spec: the catalogue model.
+        config: the training setup (global batch / ``num_gpus`` is run on one device).
+        repeats: fresh processes; the median is the measurement.
+        timeout_s: per run.
+
+    Returns:
+        A ``Measurement`` with every run's peak.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be a positive integer. Received: repeats={repeats}")
+    runs = [measure_once(spec, config, timeout_s=timeout_s) for _ in range(repeats)]
+    first = runs[0]
+    return Measurement(
+        peaks_bytes=tuple(r["peak_bytes"] for r in runs),
+        device=first["device"],
+        tensorflow=first["tensorflow"],
+        keras=first["keras"],
+        threads=first["threads"],
+        seconds=round(sum(r["seconds"] for r in runs), 1),
+    )

@@ -1,0 +1,117 @@
+"""Getting a ``ModelProfile`` for a catalogue model, cheaply after the first time.
+
+A profile is plain data, so it is cached in memory and as JSON on disk
+(``$CALC_CACHE_DIR``, default ``~/.cache/keras-memory-calc``), keyed by the model
+request and the Keras version. Only a cache miss imports TensorFlow and builds the
+model, once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import asdict
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from calc.catalogue import ModelSpec
+from calc.types import LayerStats, ModelProfile
+
+PROFILE_FORMAT = 1
+
+
+def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
+    data = asdict(profile)
+    data["format"] = PROFILE_FORMAT
+    return data
+
+
+def profile_from_dict(data: dict[str, Any]) -> ModelProfile:
+    """Rebuilds a profile from its JSON form; raises ``ValueError`` on malformed data."""
+    try:
+        if data.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"unsupported profile format {data.get('format')!r}")
+        layers = tuple(
+            LayerStats(
+                name=str(l["name"]),
+                layer_type=str(l["layer_type"]),
+                input_ids=tuple(int(i) for i in l["input_ids"]),
+                output_ids=tuple(int(i) for i in l["output_ids"]),
+                output_shapes=tuple(tuple(int(d) for d in s) for s in l["output_shapes"]),
+                trainable_weight_elements=tuple(int(e) for e in l["trainable_weight_elements"]),
+                non_trainable_weight_elements=tuple(int(e) for e in l["non_trainable_weight_elements"]),
+                activation=str(l["activation"]),
+                float32_compute=bool(l["float32_compute"]),
+                in_backbone=bool(l["in_backbone"]),
+                shares_weights=bool(l["shares_weights"]),
+                detail=str(l["detail"]),
+            )
+            for l in data["layers"]
+        )
+        return ModelProfile(
+            name=str(data["name"]),
+            input_shape=tuple(int(d) for d in data["input_shape"]),
+            layers=layers,
+            tensor_elements=tuple(int(e) for e in data["tensor_elements"]),
+            input_ids=tuple(int(i) for i in data["input_ids"]),
+            output_ids=tuple(int(i) for i in data["output_ids"]),
+            label_elements=int(data["label_elements"]),
+            unknown_layer_types=tuple(str(t) for t in data["unknown_layer_types"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed profile: {exc}") from exc
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CALC_CACHE_DIR", Path.home() / ".cache" / "keras-memory-calc"))
+
+
+def _keras_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("keras")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+_build_lock = threading.Lock()
+
+
+@lru_cache(maxsize=64)
+def get_profile(spec: ModelSpec) -> ModelProfile:
+    """The profile of a catalogue model: memory cache, then disk cache, then one build.
+
+    Builds are serialised (one at a time in the process): two callers asking for
+    the same model get one build.
+    """
+    path = cache_dir() / f"{spec.key}-keras{_keras_version()}.json"
+    cached = _read_cached(path)
+    if cached is not None:
+        return cached
+    with _build_lock:
+        cached = _read_cached(path)  # another caller may have built it meanwhile
+        if cached is not None:
+            return cached
+        from calc.keras_adapter import profile_catalogue_model
+
+        profile = profile_catalogue_model(spec)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(profile_to_dict(profile)))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only home still works, just without the disk cache
+    return profile
+
+
+def _read_cached(path: Path) -> ModelProfile | None:
+    if not path.exists():
+        return None
+    try:
+        return profile_from_dict(json.loads(path.read_text()))
+    except (ValueError, OSError):
+        return None  # a stale or damaged cache entry is rebuilt

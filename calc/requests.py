@@ -1,0 +1,41 @@
+"""Plain-dict (JSON) forms of ``ModelSpec`` and ``TrainingConfig``.
+
+Used by the measurement subprocess, the validation data and the command line, so that
+one dictionary describes one case everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from calc.catalogue import ModelSpec, make_spec
+from calc.types import OptimizerOptions, TrainingConfig
+
+
+def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
+    return asdict(spec)
+
+
+def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
+    return make_spec(
+        data["name"],
+        height=data["height"],
+        width=data["width"],
+        channels=data.get("channels", 3),
+        include_top=data.get("include_top", True),
+        classes=data.get("classes", 1000),
+    )
+
+
+def config_to_dict(config: TrainingConfig) -> dict[str, Any]:
+    data = asdict(config)
+    for key in ("optimizer", "precision", "train_mode"):
+        data[key] = getattr(config, key).value
+    return data
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainingConfig:
+    data = dict(data)
+    data["optimizer_options"] = OptimizerOptions(**data.get("optimizer_options", {}))
+    return TrainingConfig(**data)

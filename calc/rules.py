@@ -1,0 +1,156 @@
+"""What each layer type keeps for its backward pass, and its transient scratch.
+
+Sources: TensorFlow's gradient functions (``tensorflow/python/ops/nn_grad.py``,
+``math_grad.py``), how Keras 3 implements each layer on the TensorFlow backend
+(``keras/src/backend/tensorflow/nn.py``), and single-layer measurements on this
+project's machine (``benchmarks/probe_layers.py``): a stack of k identical layers,
+the slope of the allocator peak in k and in the batch size.
+
+Sizes are in units of the layer's input or output tensor (per sample, in the
+compute dtype) unless a rule says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BackwardRule:
+    """What one layer call keeps alive from its forward to its backward pass.
+
+    Attributes:
+        keeps_input: the input is read by the gradient of the layer's weights or of
+            its input (Conv2D/Dense: weight gradient; BatchNormalization: ``Square``).
+        input_for_weights_only: the input is needed only for the weight gradient
+            (Conv/Dense), so a frozen layer does not keep it.
+        keeps_output: the output is read by the gradient (ReLU, Sigmoid, Softmax).
+        extra_outputs: further tensors of the output's size kept (GELU's erf terms).
+        mask_bytes_per_element: a boolean/byte mask of the output's size (Dropout).
+        aliases_input: the output is a view of the input (Reshape, Flatten): no memory.
+        forward_scratch: temporaries of the output's size live while the layer runs.
+        backward_scratch: temporaries of the input's size live while its gradient runs.
+    """
+
+    keeps_input: bool = False
+    input_for_weights_only: bool = False
+    keeps_output: bool = False
+    extra_outputs: float = 0.0
+    mask_bytes_per_element: int = 0
+    aliases_input: bool = False
+    forward_scratch: float = 0.0
+    backward_scratch: float = 0.0
+
+
+NOTHING = BackwardRule()
+# Conv2D/Dense: dW = input^T * dY needs the input; dX = dY * W^T needs only W.
+LINEAR = BackwardRule(keeps_input=True, input_for_weights_only=True)
+KEEPS_OUTPUT = BackwardRule(keeps_output=True)
+KEEPS_INPUT = BackwardRule(keeps_input=True)
+VIEW = BackwardRule(aliases_input=True)
+
+# Activation functions by Keras name: what the gradient of the op reads.
+ACTIVATION_RULES: dict[str, BackwardRule] = {
+    "linear": NOTHING,
+    # ReluGrad, Relu6Grad, EluGrad, SeluGrad, SigmoidGrad, TanhGrad, Softmax: output.
+    "relu": KEEPS_OUTPUT,
+    "relu6": KEEPS_OUTPUT,
+    "elu": KEEPS_OUTPUT,
+    "selu": KEEPS_OUTPUT,
+    "sigmoid": KEEPS_OUTPUT,
+    "tanh": KEEPS_OUTPUT,
+    "softmax": KEEPS_OUTPUT,
+    "log_softmax": KEEPS_OUTPUT,
+    # tf.nn.silu has a custom gradient that recomputes sigmoid from the input.
+    # Its backward recomputes sigmoid(x) and builds dx from two more temporaries:
+    # measured, two tensors of the input's size live during the backward.
+    "silu": BackwardRule(keeps_input=True, backward_scratch=2.0),
+    "swish": BackwardRule(keeps_input=True, backward_scratch=2.0),
+    "softplus": KEEPS_INPUT,
+    "leaky_relu": KEEPS_INPUT,
+    # Keras' exact GELU (erf) and hard_silu (x * relu6(x + 3) / 6) are chains of
+    # elementwise ops; measured: three tensors of the output's size kept.
+    "gelu": BackwardRule(keeps_input=True, extra_outputs=2.0),
+    "hard_silu": BackwardRule(keeps_input=True, extra_outputs=2.0),
+    "hard_swish": BackwardRule(keeps_input=True, extra_outputs=2.0),
+    "hard_sigmoid": BackwardRule(keeps_input=True),
+    "mish": BackwardRule(keeps_input=True, extra_outputs=2.0),
+}
+
+LAYER_RULES: dict[str, BackwardRule] = {
+    "InputLayer": NOTHING,
+    "Conv1D": LINEAR,
+    "Conv2D": LINEAR,
+    "Conv3D": LINEAR,
+    "Conv2DTranspose": LINEAR,
+    "DepthwiseConv2D": LINEAR,
+    "Dense": LINEAR,
+    "EinsumDense": LINEAR,
+    # Depthwise then pointwise: keeps its input and the depthwise output.
+    "SeparableConv2D": BackwardRule(keeps_input=True, input_for_weights_only=True, extra_outputs=1.0),
+    # Keras 3 BatchNormalization on TF: moments (Square reads x) and x * inv + c
+    # (Mul reads x): the input, once. In inference mode it is x * inv + c with
+    # constant inv: nothing kept per sample.
+    # Its backward sums three paths (through x * inv, the mean and the variance):
+    # measured, two input-sized temporaries beyond the input gradient.
+    "BatchNormalization": BackwardRule(keeps_input=True, backward_scratch=2.0),
+    # LayerNormalization: moments of x and the normalized x, both kept: measured 2x.
+    "LayerNormalization": BackwardRule(keeps_input=True, extra_outputs=1.0, backward_scratch=2.0),
+    "Activation": NOTHING,  # resolved through ACTIVATION_RULES
+    "ReLU": KEEPS_OUTPUT,
+    "Softmax": KEEPS_OUTPUT,
+    "LeakyReLU": KEEPS_INPUT,
+    "ELU": KEEPS_OUTPUT,
+    "PReLU": KEEPS_INPUT,
+    # MaxPoolGrad reads the input and the output; oneDNN's max-pool also keeps a
+    # workspace for its backward (measured: half an output's size).
+    "MaxPooling2D": BackwardRule(keeps_input=True, keeps_output=True, extra_outputs=0.5),
+    "MaxPooling1D": BackwardRule(keeps_input=True, keeps_output=True, extra_outputs=0.5),
+    # AvgPoolGrad needs only the input's shape.
+    "AveragePooling2D": NOTHING,
+    "GlobalAveragePooling2D": NOTHING,
+    "GlobalAveragePooling1D": NOTHING,
+    "GlobalMaxPooling2D": BackwardRule(keeps_input=True, keeps_output=True),
+    "Add": NOTHING,
+    "Subtract": NOTHING,
+    "Average": NOTHING,
+    "Concatenate": NOTHING,
+    # Multiply's gradient reads both inputs (dA = dY * B, dB = dY * A).
+    "Multiply": KEEPS_INPUT,
+    "ZeroPadding2D": NOTHING,
+    "Cropping2D": NOTHING,
+    "Flatten": VIEW,
+    "Reshape": VIEW,
+    "Permute": NOTHING,
+    "Identity": VIEW,
+    "Rescaling": NOTHING,
+    "Normalization": NOTHING,
+    # Keras dropout keeps a byte mask of the output (measured 1 byte per element).
+    "Dropout": BackwardRule(mask_bytes_per_element=1),
+    "SpatialDropout2D": BackwardRule(mask_bytes_per_element=1),
+    # ConvNeXt's LayerScale multiplies by a per-channel variable: dGamma reads x.
+    "LayerScale": KEEPS_INPUT,
+    "StochasticDepth": NOTHING,
+}
+
+
+def is_known_layer_type(layer_type: str) -> bool:
+    return layer_type in LAYER_RULES
+
+
+def rule_for(layer_type: str, activation: str = "linear") -> tuple[BackwardRule, BackwardRule, bool]:
+    """Returns ``(layer rule, fused activation rule, known)`` for one layer call.
+
+    Unknown layer types are treated as keeping their input and output (an
+    over-estimate, the safe side) and reported as unknown.
+    """
+    act = ACTIVATION_RULES.get(activation)
+    known_act = act is not None
+    if act is None:
+        act = BackwardRule(keeps_input=True, keeps_output=True)
+    if layer_type == "Activation":
+        return act, NOTHING, known_act
+    layer = LAYER_RULES.get(layer_type)
+    if layer is None:
+        return BackwardRule(keeps_input=True, keeps_output=True), act, False
+    return layer, act, known_act

@@ -1,0 +1,200 @@
+"""Core data types of the engine: plain, frozen, integer bytes.
+
+Nothing here imports Keras. A ``ModelProfile`` is what the Keras adapter extracts
+from a model once; everything else is computed from it and a ``TrainingConfig``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Precision(str, enum.Enum):
+    """Keras dtype policies (``keras.mixed_precision.set_dtype_policy`` names)."""
+
+    FLOAT32 = "float32"
+    MIXED_FLOAT16 = "mixed_float16"
+    MIXED_BFLOAT16 = "mixed_bfloat16"
+
+    @property
+    def compute_bytes(self) -> int:
+        return 4 if self is Precision.FLOAT32 else 2
+
+    @property
+    def is_mixed(self) -> bool:
+        return self is not Precision.FLOAT32
+
+
+class Optimizer(str, enum.Enum):
+    """Keras 3 optimizer identifiers (``keras.optimizers.get`` names)."""
+
+    SGD = "sgd"
+    ADAM = "adam"
+    ADAMW = "adamw"
+    NADAM = "nadam"
+    ADAMAX = "adamax"
+    RMSPROP = "rmsprop"
+    ADAGRAD = "adagrad"
+    ADADELTA = "adadelta"
+    FTRL = "ftrl"
+    LION = "lion"
+    LAMB = "lamb"
+    ADAFACTOR = "adafactor"
+
+
+class TrainMode(str, enum.Enum):
+    """What is trained."""
+
+    ALL = "all"
+    FROZEN_BACKBONE = "frozen_backbone"
+    LAST_N = "last_n"
+
+
+@dataclass(frozen=True)
+class OptimizerOptions:
+    """Options of the optimizer that change its memory.
+
+    ``momentum`` applies to SGD and RMSprop, ``amsgrad`` to Adam/AdamW,
+    ``centered`` to RMSprop.
+    """
+
+    momentum: bool = False
+    amsgrad: bool = False
+    centered: bool = False
+    use_ema: bool = False
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """One call of one layer (a node of the functional graph), nested models flattened.
+
+    Tensor ids index ``ModelProfile.tensor_elements``; a layer called twice (shared
+    weights) appears twice, its parameters counted on the first call only.
+    """
+
+    name: str
+    layer_type: str
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    trainable_weight_elements: tuple[int, ...] = ()
+    non_trainable_weight_elements: tuple[int, ...] = ()
+    activation: str = "linear"
+    float32_compute: bool = False
+    in_backbone: bool = False
+    shares_weights: bool = False
+    detail: str = ""
+
+    @property
+    def trainable_params(self) -> int:
+        return sum(self.trainable_weight_elements)
+
+    @property
+    def non_trainable_params(self) -> int:
+        return sum(self.non_trainable_weight_elements)
+
+    @property
+    def params(self) -> int:
+        return self.trainable_params + self.non_trainable_params
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """The per-layer ledger of a model, free of any framework object."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    layers: tuple[LayerStats, ...]
+    tensor_elements: tuple[int, ...]
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    label_elements: int = 1
+    unknown_layer_types: tuple[str, ...] = ()
+
+    @property
+    def total_params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def trainable_params(self) -> int:
+        return sum(layer.trainable_params for layer in self.layers)
+
+    @property
+    def has_backbone(self) -> bool:
+        return any(layer.in_backbone for layer in self.layers)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """One training setup. Validated on construction."""
+
+    batch_size: int = 32
+    optimizer: Optimizer = Optimizer.ADAM
+    optimizer_options: OptimizerOptions = field(default_factory=OptimizerOptions)
+    precision: Precision = Precision.FLOAT32
+    train_mode: TrainMode = TrainMode.ALL
+    last_n_layers: int = 0
+    gradient_accumulation_steps: int = 1
+    num_gpus: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
+        object.__setattr__(self, "precision", Precision(self.precision))
+        object.__setattr__(self, "train_mode", TrainMode(self.train_mode))
+        for name in ("batch_size", "gradient_accumulation_steps", "num_gpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+        if self.train_mode is TrainMode.LAST_N and (
+            isinstance(self.last_n_layers, bool)
+            or not isinstance(self.last_n_layers, int)
+            or self.last_n_layers < 1
+        ):
+            raise ValueError(
+                "last_n_layers must be a positive integer when train_mode='last_n'. "
+                f"Received: last_n_layers={self.last_n_layers!r}"
+            )
+        if self.batch_size % self.num_gpus:
+            raise ValueError(
+                "batch_size must be divisible by num_gpus (data parallelism splits the "
+                f"global batch). Received: batch_size={self.batch_size}, num_gpus={self.num_gpus}"
+            )
+
+    @property
+    def per_replica_batch(self) -> int:
+        return self.batch_size // self.num_gpus
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Predicted allocator peak of one training step on one device, in bytes.
+
+    The components sum to ``peak_bytes``. ``framework_overhead_bytes`` (CUDA context,
+    library handles) is not part of the allocator peak; it is what ``nvidia-smi`` shows
+    on top and is filled in only when a GPU preset is given.
+    """
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    activations_bytes: int
+    backward_transient_bytes: int
+    input_batch_bytes: int
+    other_bytes: int
+    peak_phase: str = ""
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(self.components().values())
+
+    def components(self) -> dict[str, int]:
+        return {
+            "weights": self.weights_bytes,
+            "gradients": self.gradients_bytes,
+            "optimizer_state": self.optimizer_state_bytes,
+            "activations": self.activations_bytes,
+            "backward_transient": self.backward_transient_bytes,
+            "input_batch": self.input_batch_bytes,
+            "other": self.other_bytes,
+        }

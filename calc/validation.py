@@ -1,0 +1,181 @@
+"""The validation set: real measurements, and the estimate's error on each.
+
+Measured cases live in ``calc/data/validation_cpu.json`` (and ``validation_gpu.json``
+when a GPU slice exists), each with the TensorFlow/Keras versions, device and thread
+settings they were measured with. ``VALIDATION_CASES`` lists the CPU cases;
+``benchmarks/measure_validation.py`` measures the missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calc.catalogue import ModelSpec, make_spec
+from calc.requests import config_from_dict, config_to_dict, spec_from_dict, spec_to_dict
+from calc.types import OptimizerOptions, TrainingConfig
+
+DATA_DIR = Path(__file__).parent / "data"
+CPU_DATA = DATA_DIR / "validation_cpu.json"
+
+
+def _case(name, size, batch, optimizer, precision="float32", mode="all", **options):
+    spec = make_spec(name, size, include_top=(mode == "all" and not options.pop("head", False)))
+    config = TrainingConfig(
+        batch_size=batch,
+        optimizer=optimizer,
+        precision=precision,
+        train_mode=mode,
+        optimizer_options=OptimizerOptions(**options),
+    )
+    return spec, config
+
+
+# 12 families, batch 1-64, every optimizer family, three precisions, full training
+# and frozen backbones. Sizes are chosen so that one case runs in under a minute on
+# a 2-core machine.
+VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
+    _case("VGG16", 224, 8, "sgd"),
+    _case("VGG16", 224, 8, "adam"),
+    _case("VGG19", 160, 4, "sgd", momentum=True),
+    _case("VGG16", 224, 16, "adam", mode="frozen_backbone"),
+    _case("ResNet50", 224, 16, "adam"),
+    _case("ResNet50", 160, 32, "sgd"),
+    _case("ResNet50", 224, 1, "sgd"),
+    _case("ResNet50", 128, 8, "adamw", "mixed_bfloat16"),
+    _case("ResNet50", 224, 16, "adam", mode="frozen_backbone"),
+    _case("ResNet101", 128, 8, "rmsprop"),
+    _case("ResNet50V2", 160, 16, "nadam"),
+    _case("ResNet152V2", 96, 8, "adagrad"),
+    _case("ResNet101V2", 160, 8, "sgd", "mixed_float16", momentum=True),
+    _case("InceptionV3", 299, 8, "adam"),
+    _case("InceptionV3", 160, 32, "sgd", mode="frozen_backbone"),
+    _case("InceptionV3", 224, 16, "sgd", "mixed_bfloat16"),
+    _case("InceptionResNetV2", 160, 8, "adamax"),
+    _case("Xception", 160, 8, "rmsprop", momentum=True),
+    _case("Xception", 224, 16, "adam", mode="frozen_backbone"),
+    _case("MobileNet", 224, 32, "sgd"),
+    _case("MobileNet", 128, 1, "adadelta"),
+    _case("MobileNetV2", 224, 32, "adam"),
+    _case("MobileNetV2", 160, 64, "sgd", "mixed_float16"),
+    _case("MobileNetV2", 224, 16, "adamw", mode="frozen_backbone"),
+    _case("MobileNetV3Small", 224, 64, "adam"),
+    _case("MobileNetV3Large", 224, 16, "lion"),
+    _case("DenseNet121", 224, 16, "adam"),
+    _case("DenseNet169", 128, 8, "sgd", momentum=True),
+    _case("DenseNet201", 160, 4, "ftrl"),
+    _case("DenseNet121", 224, 32, "sgd", mode="frozen_backbone"),
+    _case("NASNetMobile", 224, 16, "adam"),
+    _case("EfficientNetB0", 224, 32, "adam"),
+    _case("EfficientNetB0", 224, 16, "adam", "mixed_bfloat16"),
+    _case("EfficientNetB3", 300, 8, "rmsprop"),
+    _case("EfficientNetB0", 224, 64, "adam", mode="frozen_backbone"),
+    _case("EfficientNetB1", 240, 16, "adam", use_ema=True),
+    _case("EfficientNetV2B0", 224, 16, "adamw"),
+    _case("EfficientNetV2S", 256, 8, "adafactor"),
+    _case("EfficientNetV2B2", 260, 8, "adam", "mixed_float16"),
+    _case("ConvNeXtTiny", 224, 8, "adamw"),
+    _case("ConvNeXtTiny", 128, 16, "lion", "mixed_bfloat16"),
+    _case("ConvNeXtSmall", 224, 4, "adam", mode="frozen_backbone"),
+    _case("ConvNeXtBase", 96, 1, "adam"),
+    _case("ResNet50", 224, 32, "adam"),
+)
+
+
+def case_id(spec: ModelSpec, config: TrainingConfig) -> str:
+    opts = config.optimizer_options
+    flags = [f for f in ("momentum", "amsgrad", "centered", "use_ema") if getattr(opts, f)]
+    parts = [spec.key, f"b{config.batch_size}", config.optimizer.value, *flags, config.precision.value]
+    if config.train_mode.value != "all":
+        parts.append(config.train_mode.value)
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    case: str
+    spec: ModelSpec
+    config: TrainingConfig
+    measured_bytes: int
+    spread: float
+    predicted_bytes: int
+
+    @property
+    def relative_error(self) -> float:
+        return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
+
+
+def load_measurements(path: Path = CPU_DATA) -> dict[str, Any]:
+    """Reads a validation data file: ``{"environment": {...}, "cases": [...]}``."""
+    if not path.exists():
+        return {"environment": {}, "cases": []}
+    return json.loads(path.read_text())
+
+
+def save_measurement(path: Path, spec: ModelSpec, config: TrainingConfig, measurement: Any) -> None:
+    data = load_measurements(path)
+    data["environment"] = {
+        "device": measurement.device,
+        "tensorflow": measurement.tensorflow,
+        "keras": measurement.keras,
+        "threads": measurement.threads,
+        "protocol": "build, compile, one train_on_batch, reset_memory_stats, one train_on_batch, read peak; each run a fresh process",
+    }
+    cid = case_id(spec, config)
+    data["cases"] = [c for c in data["cases"] if c["case"] != cid]
+    data["cases"].append(
+        {
+            "case": cid,
+            "spec": spec_to_dict(spec),
+            "config": config_to_dict(config),
+            "peaks_bytes": list(measurement.peaks_bytes),
+            "peak_bytes": measurement.peak_bytes,
+            "spread": round(measurement.spread, 4),
+            "seconds": measurement.seconds,
+        }
+    )
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
+    """Estimates every measured case. ``profile_for(spec)`` returns a profile (cached)."""
+    from calc.estimate import estimate_memory
+
+    if profile_for is None:
+        from calc.profiles import get_profile as profile_for
+    rows = []
+    for case in load_measurements(path)["cases"]:
+        spec = spec_from_dict(case["spec"])
+        config = config_from_dict(case["config"])
+        predicted = estimate_memory(profile_for(spec), config).peak_bytes
+        rows.append(ValidationRow(case["case"], spec, config, case["peak_bytes"], case["spread"], predicted))
+    return rows
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    cases: int
+    median_abs: float
+    p90_abs: float
+    max_abs: float
+    under_count: int
+    worst_under: float
+
+
+def summarize(rows: list[ValidationRow]) -> ErrorSummary:
+    errors = sorted(abs(r.relative_error) for r in rows)
+    if not errors:
+        raise ValueError("No measured cases to summarize.")
+    unders = [r.relative_error for r in rows if r.relative_error < 0]
+    p90 = errors[min(len(errors) - 1, int(round(0.9 * (len(errors) - 1))))]
+    return ErrorSummary(
+        cases=len(errors),
+        median_abs=statistics.median(errors),
+        p90_abs=p90,
+        max_abs=errors[-1],
+        under_count=len(unders),
+        worst_under=min(unders, default=0.0),
+    )

@@ -1,0 +1,17 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: builds or trains real Keras models (seconds to minutes)")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_profile_cache(tmp_path_factory, monkeypatch):
+    """Each test session uses its own on-disk profile cache."""
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "profile-cache"))

@@ -1,0 +1,198 @@
+"""Pure tests of the estimate on hand-built profiles: invariants and formulas."""
+
+import pytest
+
+from calc.estimate import (
+    ALLOCATION_GRANULE,
+    FRAGMENTATION,
+    UNTRACKED_BELOW,
+    counted_bytes,
+    estimate_memory,
+    max_batch_size,
+    memory_curve,
+)
+from calc.optimizers import slots_per_variable
+from calc.types import Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+from tests.profiles import chain_profile
+
+PROFILE = chain_profile()
+BACKBONE = chain_profile(backbone_layers=3)
+
+
+def expected_counted(nbytes):
+    if nbytes < 262144:
+        return 0
+    rounded = -(-nbytes // 256) * 256
+    if rounded >= 128 * 2**20:
+        return rounded
+    return rounded + int(rounded * 0.08) // 256 * 256
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 262143, 262144, 262145, 10**6, 128 * 2**20, 10**9])
+def test_counted_bytes_follows_the_allocator_rules(nbytes):
+    assert UNTRACKED_BELOW == 262144 and ALLOCATION_GRANULE == 256 and FRAGMENTATION == 0.08
+    assert counted_bytes(nbytes) == expected_counted(nbytes)
+
+
+@pytest.mark.parametrize("optimizer", list(Optimizer))
+@pytest.mark.parametrize("precision", list(Precision))
+@pytest.mark.parametrize("batch", [1, 7, 64, 1000])
+def test_components_sum_to_peak(optimizer, precision, batch):
+    b = estimate_memory(PROFILE, TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision))
+    assert sum(b.components().values()) == b.peak_bytes
+    assert all(v >= 0 for v in b.components().values())
+
+
+def test_weights_and_optimizer_state_by_formula():
+    weights = [147456, 64, 256, 256, 256, 256, 655360, 10]
+    trainable = [147456, 64, 256, 256, 655360, 10]
+    for opt, slots in [("sgd", 0), ("adam", 2), ("rmsprop", 1), ("adadelta", 2)]:
+        b = estimate_memory(PROFILE, TrainingConfig(batch_size=4, optimizer=opt))
+        assert b.weights_bytes == sum(expected_counted(4 * e) for e in weights)
+        assert b.optimizer_state_bytes == slots * sum(expected_counted(4 * e) for e in trainable)
+
+
+def test_slot_counts_follow_keras_options():
+    none = OptimizerOptions()
+    assert slots_per_variable(Optimizer.SGD, none, 1) == 0
+    assert slots_per_variable(Optimizer.SGD, OptimizerOptions(momentum=True), 1) == 1
+    assert slots_per_variable(Optimizer.ADAM, OptimizerOptions(amsgrad=True), 1) == 3
+    assert slots_per_variable(Optimizer.RMSPROP, OptimizerOptions(momentum=True, centered=True), 1) == 3
+    assert slots_per_variable(Optimizer.ADAMW, OptimizerOptions(use_ema=True), 4) == 4
+
+
+def test_input_batch_is_float32_images_and_int64_labels():
+    b = estimate_memory(PROFILE, TrainingConfig(batch_size=64, optimizer="sgd"))
+    assert b.input_batch_bytes == expected_counted(4 * 65536 * 64) + expected_counted(8 * 64)
+
+
+def test_memory_grows_with_batch():
+    config = TrainingConfig(batch_size=1, optimizer="adam")
+    curve = memory_curve(PROFILE, config, range(1, 300))
+    assert all(a <= b for a, b in zip(curve, curve[1:]))
+    assert curve[-1] > curve[0]
+
+
+def test_curve_matches_single_estimates():
+    for b in (1, 3, 17, 128):
+        config = TrainingConfig(batch_size=b, optimizer="adam", precision="mixed_bfloat16")
+        assert memory_curve(PROFILE, config, [b]) == [estimate_memory(PROFILE, config).peak_bytes]
+
+
+CONV_RELU = chain_profile(
+    sizes=(65536,) * 6,
+    types=("Conv2D", "ReLU") * 3,
+    weights=((147456, 64), ()) * 3,
+)
+
+
+def test_mixed_precision_shrinks_activations_not_weights_or_state():
+    f32 = estimate_memory(CONV_RELU, TrainingConfig(batch_size=256, optimizer="adam"))
+    for p in ("mixed_float16", "mixed_bfloat16"):
+        mixed = estimate_memory(CONV_RELU, TrainingConfig(batch_size=256, optimizer="adam", precision=p))
+        assert mixed.weights_bytes == f32.weights_bytes
+        assert mixed.optimizer_state_bytes == f32.optimizer_state_bytes
+        assert mixed.activations_bytes < f32.activations_bytes
+        assert mixed.input_batch_bytes == f32.input_batch_bytes
+        assert mixed.peak_bytes < f32.peak_bytes
+
+
+def test_batchnorm_under_mixed_precision_keeps_a_float32_copy():
+    # keras/src/backend/tensorflow/nn.py moments(): x is cast to float32 first.
+    bn = chain_profile(types=("Conv2D", "BatchNormalization"), sizes=(65536, 65536), weights=((147456, 64), ()))
+    f32 = estimate_memory(bn, TrainingConfig(batch_size=64, optimizer="sgd"))
+    f16 = estimate_memory(bn, TrainingConfig(batch_size=64, optimizer="sgd", precision="mixed_float16"))
+    # float32: the conv output (kept by BN); mixed: its 16-bit self plus a float32 copy.
+    assert f16.activations_bytes > f32.activations_bytes
+
+
+def test_frozen_backbone_drops_its_gradients_state_and_kept_activations():
+    full = estimate_memory(BACKBONE, TrainingConfig(batch_size=128, optimizer="adam"))
+    frozen = estimate_memory(BACKBONE, TrainingConfig(batch_size=128, optimizer="adam", train_mode=TrainMode.FROZEN_BACKBONE))
+    head_only = expected_counted(4 * 655360) + expected_counted(4 * 10)
+    assert frozen.optimizer_state_bytes == 2 * head_only
+    assert frozen.peak_bytes < full.peak_bytes
+    assert frozen.weights_bytes == full.weights_bytes
+
+
+def test_frozen_backbone_needs_a_backbone():
+    with pytest.raises(ValueError, match="backbone"):
+        estimate_memory(PROFILE, TrainingConfig(train_mode="frozen_backbone"))
+
+
+def test_last_n_layers_trains_less():
+    all_ = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adam"))
+    last1 = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adam", train_mode="last_n", last_n_layers=1))
+    assert last1.optimizer_state_bytes == 2 * (expected_counted(4 * 655360) + expected_counted(40))
+    assert last1.peak_bytes <= all_.peak_bytes
+
+
+def test_data_parallel_splits_the_batch():
+    one = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="sgd"))
+    four = estimate_memory(PROFILE, TrainingConfig(batch_size=128, optimizer="sgd", num_gpus=4))
+    assert four.peak_bytes == one.peak_bytes
+
+
+def test_gradient_accumulation_adds_an_accumulator():
+    plain = estimate_memory(PROFILE, TrainingConfig(batch_size=8, optimizer="adam"))
+    acc = estimate_memory(PROFILE, TrainingConfig(batch_size=8, optimizer="adam", gradient_accumulation_steps=4))
+    assert acc.optimizer_state_bytes == plain.optimizer_state_bytes * 3 // 2
+
+
+@pytest.mark.parametrize("budget_mib", [8, 20, 64, 500, 4096])
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_max_batch_fits_and_the_next_does_not(budget_mib, gpus):
+    config = TrainingConfig(batch_size=gpus, optimizer="adam", num_gpus=gpus)
+    budget = budget_mib * 2**20
+    overhead, margin = 2**20, 0.1
+    best = max_batch_size(PROFILE, config, budget, overhead_bytes=overhead, safety_margin=margin)
+    usable = int(budget * 0.9) - overhead
+    if best:
+        assert memory_curve(PROFILE, config, [best])[0] <= usable
+    assert memory_curve(PROFILE, config, [best + gpus])[0] > usable
+    assert best % gpus == 0
+
+
+def test_max_batch_zero_when_weights_alone_do_not_fit():
+    config = TrainingConfig(batch_size=1, optimizer="adam")
+    assert max_batch_size(PROFILE, config, 2**20) == 0
+
+
+@pytest.mark.parametrize("margin", [-0.1, 1.0, 2])
+def test_bad_margin(margin):
+    with pytest.raises(ValueError, match="safety_margin"):
+        max_batch_size(PROFILE, TrainingConfig(), 2**30, safety_margin=margin)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": 0}, "batch_size must be a positive integer. Received: batch_size=0"),
+        ({"batch_size": -3}, "batch_size=-3"),
+        ({"batch_size": 2.5}, "batch_size=2.5"),
+        ({"batch_size": "8"}, "batch_size='8'"),
+        ({"batch_size": True}, "batch_size=True"),
+        ({"num_gpus": 0}, "num_gpus"),
+        ({"batch_size": 10, "num_gpus": 4}, "divisible"),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
+        ({"train_mode": "last_n"}, "last_n_layers"),
+        ({"optimizer": "adamx"}, "adamx"),
+        ({"precision": "float16"}, "float16"),
+    ],
+)
+def test_bad_config(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainingConfig(**kwargs)
+
+
+def test_unknown_layer_types_are_reported_and_counted():
+    from calc.types import LayerStats, ModelProfile
+
+    base = chain_profile(types=("Conv2D", "MyFancyLayer", "ReLU"))
+    b = estimate_memory(base, TrainingConfig(batch_size=8, optimizer="sgd"))
+    known = estimate_memory(chain_profile(types=("Conv2D", "Add", "ReLU")), TrainingConfig(batch_size=8, optimizer="sgd"))
+    assert b.peak_bytes > known.peak_bytes  # an unknown layer keeps its input and output
+    from calc.estimate import plan_step
+
+    assert "MyFancyLayer" in plan_step(base, TrainingConfig(batch_size=8, optimizer="sgd")).unknown_layer_types
+    assert isinstance(base, ModelProfile) and isinstance(base.layers[0], LayerStats)

@@ -1,0 +1,101 @@
+"""Real Keras: the ledger of built models, and estimate against measurement."""
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def keras():
+    import keras
+
+    keras.config.set_dtype_policy("float32")
+    return keras
+
+
+def test_vgg16_ledger_matches_keras_and_seed_000(keras):
+    from calc.catalogue import make_spec
+    from calc.classic import count_neurons, nnc_bytes_for_profile
+    from calc.profiles import get_profile
+
+    profile = get_profile(make_spec("VGG16", 224))
+    assert profile.total_params == 138_357_544  # Keras' published count
+    assert count_neurons(profile) == 15_262_696  # seed 000's sum of output shapes
+    assert nnc_bytes_for_profile(profile, 8) == 2_083_672_896
+    assert profile.unknown_layer_types == ()
+
+
+def test_nested_backbone_and_shared_layers(keras):
+    from calc.keras_adapter import profile_model
+
+    L = keras.layers
+    inner_in = keras.Input((16, 16, 8))
+    inner = keras.Model(inner_in, L.Conv2D(4, 3, padding="same", name="inner_conv")(inner_in), name="backbone")
+    shared = L.Dense(5, name="shared")
+    x_in = keras.Input((16, 16, 8))
+    h = inner(x_in)
+    h = L.GlobalAveragePooling2D()(h)
+    out = L.Add()([shared(h), shared(h)])
+    model = keras.Model(x_in, out)
+    p = profile_model(model, backbone=inner)
+    names = [l.name for l in p.layers]
+    assert names == ["inner_conv", "global_average_pooling2d", "shared", "shared", "add"] or names.count("shared") == 2
+    assert [l.in_backbone for l in p.layers if l.name == "inner_conv"] == [True]
+    assert p.total_params == model.count_params() == (3 * 3 * 8 * 4 + 4) + (4 * 5 + 5)
+    assert sum(l.shares_weights for l in p.layers) == 1
+
+
+def test_unknown_layer_is_reported(keras):
+    from calc.keras_adapter import profile_model
+
+    class Mystery(keras.layers.Layer):
+        def call(self, x):
+            return x * 2.0
+
+    x_in = keras.Input((8,))
+    model = keras.Model(x_in, keras.layers.Dense(3)(Mystery()(x_in)))
+    assert profile_model(model).unknown_layer_types == ("Mystery",)
+
+
+def test_subclassed_model_is_refused(keras):
+    from calc.keras_adapter import profile_model
+
+    class Sub(keras.Model):
+        def call(self, x):
+            return x
+
+    with pytest.raises(ValueError, match="functional"):
+        profile_model(Sub())
+
+
+@pytest.mark.parametrize(
+    "model, size, batch, optimizer, precision, mode",
+    [
+        ("MobileNetV2", 96, 16, "adam", "float32", "all"),
+        ("ResNet50", 64, 16, "sgd", "float32", "all"),
+        ("DenseNet121", 64, 8, "rmsprop", "mixed_bfloat16", "all"),
+        ("EfficientNetB0", 96, 8, "adam", "float32", "frozen_backbone"),
+    ],
+)
+def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, precision, mode):
+    """The real allocator peak (median of 3 runs) against the estimate: within 10 %."""
+    from calc.catalogue import make_spec
+    from calc.estimate import estimate_memory
+    from calc.measure import measure_training_step
+    from calc.profiles import get_profile
+    from calc.types import TrainingConfig
+
+    spec = make_spec(model, size, include_top=mode == "all", classes=10)
+    config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision, train_mode=mode)
+    measured = measure_training_step(spec, config, repeats=3, timeout_s=300).peak_bytes
+    predicted = estimate_memory(get_profile(spec), config).peak_bytes
+    assert abs(predicted - measured) / measured <= 0.10, (predicted, measured)
+
+
+def test_measurement_failure_is_an_error_not_a_crash():
+    from calc.catalogue import make_spec
+    from calc.measure import MeasurementError, measure_once
+    from calc.types import TrainingConfig
+
+    with pytest.raises(MeasurementError, match="ran past"):
+        measure_once(make_spec("ResNet50", 64), TrainingConfig(batch_size=2), timeout_s=0.5)
