@@ -346,17 +346,43 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
 
 
 # Batch sizes at which moments are compared to find the ones that can be the peak.
-_PROBE_BATCHES = tuple(sorted({*range(1, 65), *(int(1.1 ** k) for k in range(40, 140))}))
+_PROBE_BATCHES = tuple(sorted({*range(1, 129), *(int(1.08 ** k) for k in range(60, 300))}))
+
+
+def _counted_array(nbytes):
+    """``counted_bytes`` over a numpy array of request sizes."""
+    import numpy as np
+
+    rounded = -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
+    frag = (rounded * FRAGMENTATION).astype(np.int64) // ALLOCATION_GRANULE * ALLOCATION_GRANULE
+    out = np.where(rounded >= SPLIT_ALWAYS_ABOVE, rounded, rounded + frag)
+    return np.where(nbytes < UNTRACKED_BELOW, 0, out)
+
+
+def _totals(moments, batches):
+    """Peak candidates' totals, one row per moment, one column per batch size."""
+    import numpy as np
+
+    sizes = sorted({size for m in moments for hist in m.per_sample for size, _ in hist})
+    index = {size: i for i, size in enumerate(sizes)}
+    counts = np.zeros((len(moments), max(1, len(sizes))), dtype=np.int64)
+    for row, m in enumerate(moments):
+        for hist in m.per_sample:
+            for size, n in hist:
+                counts[row, index[size]] += n
+    fixed = np.array([sum(m.fixed) for m in moments], dtype=np.int64)
+    b = np.asarray(list(batches), dtype=np.int64)
+    if not sizes:
+        return np.repeat(fixed[:, None], len(b), axis=1)
+    per_size = _counted_array(np.asarray(sizes, dtype=np.int64)[:, None] * b[None, :])
+    return fixed[:, None] + counts @ per_size
 
 
 def _prune(moments: list[Moment]) -> tuple[Moment, ...]:
     """Keeps the moments within 1 % of the largest at some probed batch size."""
-    keep: set[int] = set()
-    for b in _PROBE_BATCHES:
-        totals = [m.total(b) for m in moments]
-        top = max(totals)
-        keep.update(i for i, v in enumerate(totals) if v >= 0.99 * top)
-    return tuple(moments[i] for i in sorted(keep))
+    totals = _totals(moments, _PROBE_BATCHES)
+    keep = (totals >= 0.99 * totals.max(axis=0)).any(axis=1)
+    return tuple(m for m, k in zip(moments, keep) if k)
 
 
 @lru_cache(maxsize=256)
@@ -401,7 +427,10 @@ def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: ran
     """Predicted peak bytes for each global batch size (one plan, evaluated per batch)."""
     plan = plan_step(profile, config)
     gpus = config.num_gpus
-    return [max(m.total(max(1, b // gpus)) for m in plan.moments) for b in batch_sizes]
+    per_device = [max(1, b // gpus) for b in batch_sizes]
+    if not per_device:
+        return []
+    return [int(v) for v in _totals(plan.moments, per_device).max(axis=0)]
 
 
 def max_batch_size(

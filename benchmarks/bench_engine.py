@@ -1,0 +1,57 @@
+"""Timings of the engine: profile (one Keras build), plan, one estimate, the 1..4096 curve.
+
+    python benchmarks/bench_engine.py [ResNet50 EfficientNetB0 ...]
+
+Prints one line per model. Timings are wall-clock on this machine, median of runs.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("CALC_CACHE_DIR", tempfile.mkdtemp(prefix="calc-bench-"))
+
+from calc.catalogue import make_spec  # noqa: E402
+from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step  # noqa: E402
+from calc.types import TrainingConfig  # noqa: E402
+
+
+def timed(fn, runs=5):
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main(names):
+    import tensorflow  # noqa: F401  (import cost is reported apart from the build)
+
+    from calc.keras_adapter import build_model, profile_catalogue_model
+
+    print(f"{'model':18s} {'layers':>6s} {'build':>8s} {'profile':>8s} {'plan':>8s} {'estimate':>9s} {'curve 1..4096':>14s} {'max-batch':>10s}")
+    for name in names:
+        spec = make_spec(name)
+        t_build = timed(lambda: build_model(spec), runs=1)
+        t0 = time.perf_counter()
+        profile = profile_catalogue_model(spec)
+        t_profile = time.perf_counter() - t0
+        config = TrainingConfig(batch_size=32, optimizer="adam")
+        t0 = time.perf_counter()
+        plan_step(profile, config)
+        t_plan = time.perf_counter() - t0
+        t_est = timed(lambda: estimate_memory(profile, config), runs=200)
+        t_curve = timed(lambda: memory_curve(profile, config, range(1, 4097)), runs=5)
+        t_max = timed(lambda: max_batch_size(profile, config, 80 << 30), runs=20)
+        print(f"{name:18s} {len(profile.layers):6d} {t_build:7.2f}s {t_profile:7.2f}s {t_plan * 1e3:6.1f}ms "
+              f"{t_est * 1e6:7.1f}us {t_curve * 1e3:12.1f}ms {t_max * 1e3:8.2f}ms", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["ResNet50", "EfficientNetB0", "ConvNeXtTiny"])
