@@ -217,6 +217,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     rows = validate(Path(args.data) if args.data else CPU_DATA)
     s = summarize(rows)
+    if args.save:
+        from calc.validation import save_report
+
+        save_report(rows)
     out = {
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": round(r.relative_error, 4), "measured_spread": r.spread} for r in rows],
@@ -256,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_gpus)
     p = sub.add_parser("validate", help="estimate every measured case and print the error table")
     p.add_argument("--data", help="a validation JSON file (default: the CPU set)")
+    p.add_argument("--save", action="store_true", help="write calc/data/validation_cpu_report.json")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
     return parser

@@ -96,10 +96,15 @@ class Moment:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """The moments of one step that can be its peak for some batch size."""
+    """The moments of one step that can be its peak for some batch size.
+
+    ``kept_per_sample`` holds, per ledger row, the bytes per sample it holds for the
+    backward pass (its outputs that a gradient reads, plus what it keeps privately).
+    """
 
     moments: tuple[Moment, ...]
     unknown_layer_types: tuple[str, ...]
+    kept_per_sample: tuple[int, ...] = ()
 
     def peak_moment(self, batch: int) -> Moment:
         return max(self.moments, key=lambda m: m.total(batch))
@@ -162,7 +167,7 @@ def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[lis
     return [i >= first for i in range(n)], [i < first for i in range(n)]
 
 
-def _simulate(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
+def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Moment], StepPlan]:
     layers = profile.layers
     precision = config.precision
     cb = precision.compute_bytes
@@ -242,6 +247,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
                 keepers[t] += 1
                 kept_ids[i].append(t)
 
+    keepers_at_start = list(keepers)
     last_forward_use = [-1] * n_tensors
     for i, layer in enumerate(layers):
         for t in layer.input_ids:
@@ -342,7 +348,12 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
         # LossScaleOptimizer unscales every gradient before applying: a second set.
         scratch_fixed += ledger.fixed[G]
     ledger.snapshot("optimizer update", extra_fixed=scratch_fixed)
-    return StepPlan(_prune(ledger.moments), tuple(sorted(unknown)))
+    kept = [sum(private[i]) for i in range(len(layers))]
+    for t in range(n_tensors):
+        if keepers_at_start[t] and producer[t] != -1:
+            kept[producer[t]] += nbytes[t]
+    plan = StepPlan(_prune(ledger.moments), tuple(sorted(unknown)), tuple(kept))
+    return ledger.moments, plan
 
 
 # Batch sizes at which moments are compared to find the ones that can be the peak.
@@ -391,7 +402,13 @@ def plan_step(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
 
     Cached: moving the batch size reuses the plan.
     """
-    return _simulate(profile, _without_batch(config))
+    return _simulate(profile, _without_batch(config))[1]
+
+
+def step_timeline(profile: ModelProfile, config: TrainingConfig) -> list[tuple[str, int]]:
+    """Live bytes at every moment of the step (forward, loss, backward, update)."""
+    batch = config.per_replica_batch
+    return [(m.phase, m.total(batch)) for m in _simulate(profile, _without_batch(config))[0]]
 
 
 def _without_batch(config: TrainingConfig) -> TrainingConfig:

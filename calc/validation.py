@@ -179,3 +179,23 @@ def summarize(rows: list[ValidationRow]) -> ErrorSummary:
         under_count=len(unders),
         worst_under=min(unders, default=0.0),
     )
+
+
+CPU_REPORT = DATA_DIR / "validation_cpu_report.json"
+
+
+def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
+    """Writes predicted vs measured per case and the summary (read by the dashboard)."""
+    s = summarize(rows)
+    path.write_text(json.dumps({
+        "summary": {"cases": s.cases, "median_abs_error": s.median_abs, "p90_abs_error": s.p90_abs,
+                    "max_abs_error": s.max_abs, "under_predicted": s.under_count,
+                    "worst_under_prediction": s.worst_under},
+        "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
+                   "relative_error": r.relative_error, "measured_spread": r.spread} for r in rows],
+    }, indent=1) + "\n")
+
+
+def load_report(path: Path = CPU_REPORT) -> dict[str, Any]:
+    """The committed report; raises ``OSError``/``ValueError`` when missing or damaged."""
+    return json.loads(path.read_text())

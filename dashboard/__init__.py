@@ -1,0 +1,1 @@
+"""Streamlit glue: shared state, cached loaders and pure Plotly figure builders."""

@@ -1,0 +1,104 @@
+"""Plotly figure builders: pure functions of numbers, no Streamlit."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+COLORS = {
+    "weights": "#4C78A8",
+    "gradients": "#F58518",
+    "optimizer_state": "#E45756",
+    "activations": "#72B7B2",
+    "backward_transient": "#54A24B",
+    "input_batch": "#EECA3B",
+    "other": "#B279A2",
+    "framework_overhead": "#9D755D",
+}
+LABELS = {
+    "weights": "Weights",
+    "gradients": "Gradients",
+    "optimizer_state": "Optimizer state",
+    "activations": "Activations kept for backward",
+    "backward_transient": "Backward transients",
+    "input_batch": "Input batch",
+    "other": "Other",
+    "framework_overhead": "Framework overhead (CUDA context, libraries)",
+}
+
+
+def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, divisor: float, unit: str) -> go.Figure:
+    fig = go.Figure()
+    for key, value in [*components.items(), ("framework_overhead", overhead)]:
+        fig.add_bar(x=["this step"], y=[value / divisor], name=LABELS[key], marker_color=COLORS[key],
+                    hovertemplate=f"{LABELS[key]}: %{{y:.3f}} {unit}<extra></extra>")
+    fig.add_hline(y=capacity / divisor, line_dash="dash", line_color="black",
+                  annotation_text=f"GPU memory {capacity / divisor:.2f} {unit}")
+    fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend_title="Component",
+                      margin=dict(t=30, b=30))
+    return fig
+
+
+def curve_figure(batches, totals, capacity: int, usable: int, current: int, best: int, divisor: float, unit: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_scatter(x=list(batches), y=[t / divisor for t in totals], mode="lines", name="predicted peak + overhead",
+                    hovertemplate=f"batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>")
+    fig.add_hline(y=capacity / divisor, line_dash="dash", line_color="black", annotation_text="GPU memory")
+    if usable != capacity:
+        fig.add_hline(y=usable / divisor, line_dash="dot", line_color="gray", annotation_text="with safety margin")
+    lookup = dict(zip(batches, totals))
+    if current in lookup:
+        fig.add_scatter(x=[current], y=[lookup[current] / divisor], mode="markers", name=f"batch {current}",
+                        marker=dict(size=12, color="#E45756"))
+    if best and best in lookup:
+        fig.add_scatter(x=[best], y=[lookup[best] / divisor], mode="markers", name=f"largest that fits: {best}",
+                        marker=dict(size=12, symbol="diamond", color="#54A24B"))
+    fig.update_layout(xaxis_title="batch size", yaxis_title=unit, height=420, margin=dict(t=30, b=30))
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def layers_figure(names, kept_bytes, divisor: float, unit: str) -> go.Figure:
+    fig = go.Figure(go.Bar(x=[k / divisor for k in kept_bytes], y=list(names), orientation="h",
+                           marker_color=COLORS["activations"]))
+    fig.update_layout(xaxis_title=f"{unit} kept per sample", height=30 * len(names) + 120,
+                      yaxis=dict(autorange="reversed"), margin=dict(t=30, b=30))
+    return fig
+
+
+def timeline_figure(phases, totals, divisor: float, unit: str) -> go.Figure:
+    colors = ["#4C78A8" if p.startswith("forward") else "#E45756" if p.startswith("backward") else "#54A24B"
+              for p in phases]
+    fig = go.Figure(go.Scatter(x=list(range(len(phases))), y=[t / divisor for t in totals], mode="lines+markers",
+                               text=list(phases), marker=dict(color=colors, size=4),
+                               hovertemplate=f"%{{text}}: %{{y:.3f}} {unit}<extra></extra>"))
+    peak = max(range(len(totals)), key=totals.__getitem__)
+    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=f"peak: {phases[peak]}", showarrow=True)
+    fig.update_layout(xaxis_title="moment of the step (forward → loss → backward → update)",
+                      yaxis_title=unit, height=420, margin=dict(t=30, b=30))
+    return fig
+
+
+def validation_figure(measured, predicted, labels, divisor: float, unit: str, extra=None) -> go.Figure:
+    fig = go.Figure()
+    fig.add_scatter(x=[m / divisor for m in measured], y=[p / divisor for p in predicted], mode="markers",
+                    text=list(labels), name="validation set",
+                    hovertemplate="%{text}<br>measured %{x:.3f}, predicted %{y:.3f}<extra></extra>")
+    if extra:
+        fig.add_scatter(x=[m / divisor for m, _, _ in extra], y=[p / divisor for _, p, _ in extra],
+                        mode="markers", text=[t for _, _, t in extra], name="measured now",
+                        marker=dict(size=12, symbol="star", color="#E45756"))
+    top = max([*measured, *predicted, *(m for m, _, _ in extra or [])], default=1) / divisor * 1.05
+    fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(dash="dash", color="gray"))
+    fig.update_layout(xaxis_title=f"measured peak ({unit})", yaxis_title=f"predicted peak ({unit})", height=480)
+    return fig
+
+
+def curves_figure(series: dict[str, tuple[list[int], list[int]]], limits: dict[str, int], divisor: float, unit: str) -> go.Figure:
+    fig = go.Figure()
+    for name, (batches, totals) in series.items():
+        fig.add_scatter(x=batches, y=[t / divisor for t in totals], mode="lines", name=name)
+    for name, limit in limits.items():
+        fig.add_hline(y=limit / divisor, line_dash="dash", annotation_text=name)
+    fig.update_layout(xaxis_title="batch size", yaxis_title=unit, height=460)
+    fig.update_xaxes(type="log")
+    return fig

@@ -1,0 +1,38 @@
+"""Cached loaders: profiles (plain data) and validation results. No Keras model is kept."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from calc.catalogue import ModelSpec, make_spec
+from calc.profiles import get_profile
+from calc.types import ModelProfile
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def load_profile(spec: ModelSpec) -> ModelProfile:
+    """A catalogue model's ledger; the first call for a model builds it once."""
+    return get_profile(spec)
+
+
+def spec_for(model: str, image_size: int, frozen: bool) -> ModelSpec:
+    return make_spec(model, image_size, include_top=not frozen)
+
+
+@st.cache_data(show_spinner=False)
+def load_validation() -> dict:
+    """The committed validation report: predicted versus measured per case, and the summary."""
+    from calc.validation import load_report
+
+    return load_report()
+
+
+def accuracy_line() -> str:
+    """One line on how accurate the engine is, from the committed validation report."""
+    try:
+        s = load_validation()["summary"]
+    except (ValueError, OSError, KeyError) as exc:  # missing or damaged: say so, do not fail
+        return f"Validation report unavailable ({exc})."
+    return (f"Accuracy on {s['cases']} measured training steps (TensorFlow CPU allocator peak): median error "
+            f"{s['median_abs_error']:.1%}, worst {s['max_abs_error']:.1%}; under-predicted in "
+            f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")

@@ -1,0 +1,61 @@
+"""The Validation page's "measure now": bounded, one at a time server-wide, switchable off.
+
+Set ``CALC_MEASURE_NOW=off`` in the server's environment to disable it (public hosting).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+from calc.estimate import estimate_memory
+from calc.measure import MeasurementError, measure_training_step
+from calc.types import ModelProfile
+from dashboard.loaders import spec_for
+from dashboard.state import Inputs
+from dashboard.views import config_of
+
+MAX_BATCH = 64
+MAX_IMAGE = 320
+MAX_PARAMS = 150_000_000
+TIMEOUT_S = 240.0
+_one_at_a_time = threading.Lock()
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    label: str
+    measured_bytes: int = 0
+    predicted_bytes: int = 0
+    error: str = ""
+
+    @property
+    def error_fraction(self) -> float:
+        return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
+
+
+def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, str]:
+    if os.environ.get("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
+        return False, "Measuring is switched off on this server (CALC_MEASURE_NOW=off)."
+    if inputs.num_gpus != 1:
+        return False, "Measuring runs one device: set GPUs to 1."
+    if inputs.batch_size > MAX_BATCH or inputs.image_size > MAX_IMAGE or profile.total_params > MAX_PARAMS:
+        return False, (f"Measuring here is limited to batch ≤ {MAX_BATCH}, image ≤ {MAX_IMAGE}px and models of "
+                       f"≤ {MAX_PARAMS:,} parameters, so that one request cannot hold the server.")
+    return True, ""
+
+
+def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
+    label = f"{inputs.model} {inputs.image_size}px b{inputs.batch_size} {inputs.optimizer} {inputs.precision}"
+    if not _one_at_a_time.acquire(blocking=False):
+        return MeasureResult(label, error="Another measurement is running on this server; try again in a minute.")
+    try:
+        spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
+        config = config_of(inputs)
+        m = measure_training_step(spec, config, repeats=1, timeout_s=TIMEOUT_S)
+        return MeasureResult(label, m.peak_bytes, estimate_memory(profile, config).peak_bytes)
+    except (MeasurementError, ValueError) as exc:
+        return MeasureResult(label, error=str(exc))
+    finally:
+        _one_at_a_time.release()

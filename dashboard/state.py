@@ -1,0 +1,101 @@
+"""The dashboard's inputs: one typed record, read from and written to the URL.
+
+Every input has a widget key and a query parameter of the same name, so a copied
+link reproduces the view. Unknown or invalid values fall back to defaults with a
+warning; nothing here raises on user input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
+from calc.gpus import GPU_PRESETS
+from calc.types import Optimizer, Precision, TrainMode
+
+MAX_BATCH = 65536
+MAX_QUERY_VALUE_CHARS = 64
+
+
+@dataclass(frozen=True)
+class Inputs:
+    model: str = "ResNet50"
+    image_size: int = 224
+    batch_size: int = 32
+    optimizer: str = "adam"
+    precision: str = "float32"
+    train_mode: str = "all"
+    last_n: int = 10
+    gpu: str = "t4"
+    gpu_memory_gib: float = 16.0
+    num_gpus: int = 1
+    margin: int = 5  # percent
+    unit: str = "GiB"
+
+    def to_query(self) -> dict[str, str]:
+        return {k: str(v) for k, v in asdict(self).items()}
+
+
+DEFAULTS = Inputs()
+OPTIMIZERS = [o.value for o in Optimizer]
+PRECISIONS = [p.value for p in Precision]
+TRAIN_MODES = [m.value for m in TrainMode]
+GPUS = [*GPU_PRESETS, "custom"]
+UNITS = ["GiB", "GB"]
+MODELS = list(CATALOGUE)
+
+
+def _int(name: str, text: str, low: int, high: int) -> int:
+    value = int(text)  # ValueError on "abc", "2.5"
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}")
+    return value
+
+
+def _choice(name: str, text: str, options: list[str]) -> str:
+    if text not in options:
+        raise ValueError(f"unknown {name}")
+    return text
+
+
+def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
+    """Turns query parameters into ``Inputs``; bad values become defaults plus a warning."""
+    values = asdict(DEFAULTS)
+    warnings: list[str] = []
+    parsers = {
+        "model": lambda t: lookup(t).name,
+        "image_size": lambda t: _int("image_size", t, 1, MAX_IMAGE_SIDE),
+        "batch_size": lambda t: _int("batch_size", t, 1, MAX_BATCH),
+        "optimizer": lambda t: _choice("optimizer", t, OPTIMIZERS),
+        "precision": lambda t: _choice("precision", t, PRECISIONS),
+        "train_mode": lambda t: _choice("train_mode", t, TRAIN_MODES),
+        "last_n": lambda t: _int("last_n", t, 1, 10000),
+        "gpu": lambda t: _choice("gpu", t, GPUS),
+        "gpu_memory_gib": lambda t: _float("gpu_memory_gib", t, 0.25, 4096.0),
+        "num_gpus": lambda t: _int("num_gpus", t, 1, 1024),
+        "margin": lambda t: _int("margin", t, 0, 90),
+        "unit": lambda t: _choice("unit", t, UNITS),
+    }
+    for key, raw in params.items():
+        if key not in parsers:
+            continue  # unrelated parameters are left alone
+        text = str(raw)[:MAX_QUERY_VALUE_CHARS]
+        try:
+            values[key] = parsers[key](text)
+        except (ValueError, TypeError, OverflowError):
+            warnings.append(f"Ignored {key}={text!r} from the link: using {values[key]!r}.")
+    inputs = Inputs(**values)
+    if inputs.batch_size % inputs.num_gpus:
+        warnings.append(f"batch_size {inputs.batch_size} is not divisible by num_gpus {inputs.num_gpus}: using 1 GPU.")
+        inputs = replace(inputs, num_gpus=1)
+    return inputs, warnings
+
+
+def _float(name: str, text: str, low: float, high: float) -> float:
+    value = float(text)
+    if not low <= value <= high:  # also false for nan
+        raise ValueError(f"{name} must be between {low} and {high}")
+    return value
+
+
+FIELD_NAMES = [f.name for f in fields(Inputs)]

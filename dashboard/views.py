@@ -1,0 +1,220 @@
+"""What a page shows, computed from the inputs and a profile: pure, no Streamlit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step, step_timeline
+from calc.gpus import GpuPreset
+from calc.types import MemoryBreakdown, ModelProfile, TrainingConfig
+from dashboard.state import Inputs
+
+CURVE_MAX = 4096
+
+
+def config_of(inputs: Inputs) -> TrainingConfig:
+    return TrainingConfig(
+        batch_size=inputs.batch_size,
+        optimizer=inputs.optimizer,
+        precision=inputs.precision,
+        train_mode=inputs.train_mode,
+        last_n_layers=inputs.last_n if inputs.train_mode == "last_n" else 0,
+        num_gpus=inputs.num_gpus,
+    )
+
+
+@dataclass(frozen=True)
+class EstimateView:
+    breakdown: MemoryBreakdown
+    overhead_bytes: int
+    capacity_bytes: int
+    usable_bytes: int
+    needed_bytes: int
+    fits: bool
+    max_batch: int
+    curve_batches: tuple[int, ...]
+    curve_bytes: tuple[int, ...]
+    unknown_layer_types: tuple[str, ...]
+
+    @property
+    def headroom_fraction(self) -> float:
+        return (self.usable_bytes - self.needed_bytes) / self.usable_bytes
+
+
+def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> EstimateView:
+    config = config_of(inputs)
+    breakdown = estimate_memory(profile, config)
+    usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
+    best = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
+                          safety_margin=inputs.margin / 100, limit=1 << 16)
+    top = max(CURVE_MAX, 2 * best, 2 * inputs.batch_size)
+    step = inputs.num_gpus
+    batches = tuple(range(step, top + 1, step)) if top // step <= 8192 else tuple(
+        sorted({*range(step, 8192 * step, step), top // step * step}))
+    curve = memory_curve(profile, config, batches)
+    needed = breakdown.peak_bytes + gpu.overhead_bytes
+    return EstimateView(
+        breakdown=breakdown,
+        overhead_bytes=gpu.overhead_bytes,
+        capacity_bytes=gpu.memory_bytes,
+        usable_bytes=usable,
+        needed_bytes=needed,
+        fits=needed <= usable,
+        max_batch=best,
+        curve_batches=batches,
+        curve_bytes=tuple(c + gpu.overhead_bytes for c in curve),
+        unknown_layer_types=plan_step(profile, config).unknown_layer_types,
+    )
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str
+    layer_type: str
+    output_shape: str
+    params: int
+    kept_bytes_per_sample: int
+    share: float
+
+
+def layer_rows(profile: ModelProfile, inputs: Inputs) -> list[LayerRow]:
+    kept = plan_step(profile, config_of(inputs)).kept_per_sample
+    total = sum(kept) or 1
+    return [
+        LayerRow(
+            l.name, l.layer_type,
+            ", ".join("(" + ", ".join(["B", *map(str, s)]) + ")" for s in l.output_shapes),
+            l.params, k, k / total,
+        )
+        for l, k in zip(profile.layers, kept)
+    ]
+
+
+def timeline(profile: ModelProfile, inputs: Inputs) -> list[tuple[str, int]]:
+    return step_timeline(profile, config_of(inputs))
+
+
+def fmt(nbytes: float, inputs: Inputs, digits: int = 2) -> str:
+    """Bytes in the chosen display unit, labelled."""
+    divisor = 1024**3 if inputs.unit == "GiB" else 1e9
+    return f"{nbytes / divisor:,.{digits}f} {inputs.unit}"
+
+
+def verdict(view: EstimateView, inputs: Inputs) -> str:
+    if view.fits:
+        return (f"Fits: {fmt(view.needed_bytes, inputs)} of {fmt(view.usable_bytes, inputs)} usable "
+                f"({view.headroom_fraction:.0%} headroom).")
+    return (f"Does not fit: needs {fmt(view.needed_bytes, inputs)}, "
+            f"{fmt(view.needed_bytes - view.usable_bytes, inputs)} more than the {fmt(view.usable_bytes, inputs)} usable.")
+
+
+def breakdown_table(view: EstimateView) -> list[dict[str, object]]:
+    rows = [{"component": k, "bytes": v} for k, v in view.breakdown.components().items()]
+    rows.append({"component": "predicted allocator peak", "bytes": view.breakdown.peak_bytes})
+    rows.append({"component": "framework overhead (not in the peak)", "bytes": view.overhead_bytes})
+    rows.append({"component": "needed on the GPU", "bytes": view.needed_bytes})
+    return rows
+
+
+def heaviest_layers(rows: list[LayerRow], n: int) -> list[LayerRow]:
+    return sorted(rows, key=lambda r: r.kept_bytes_per_sample, reverse=True)[:n]
+
+
+def timeline_series(profile: ModelProfile, inputs: Inputs) -> tuple[list[str], list[int]]:
+    moments = timeline(profile, inputs)
+    return [p for p, _ in moments], [t for _, t in moments]
+
+
+@dataclass(frozen=True)
+class FormulaNumbers:
+    batch: int
+    weights_params: int
+    trainable_params: int
+    slots: int
+    breakdown: MemoryBreakdown
+    kept_per_sample: int
+    neurons: int
+    input_elements: int
+    nnc_bytes: int
+    cs231n_mb: float
+    cs231n_bytes: int
+    seed_max_batch: int
+    engine_max_batch: int
+    measured_bytes: int | None
+
+
+def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: int | None) -> FormulaNumbers:
+    from calc import classic
+    from calc.optimizers import slots_per_variable
+
+    config = config_of(inputs)
+    b = estimate_memory(profile, config)
+    plan = plan_step(profile, config)
+    neurons = classic.count_neurons(profile)
+    input_elements = sum(profile.tensor_elements[t] for t in profile.input_ids)
+    batch = config.per_replica_batch
+    cs = classic.cs231n_answer(neurons, profile.total_params, input_elements, batch, as_printed=False)
+    return FormulaNumbers(
+        batch=batch,
+        weights_params=profile.total_params,
+        trainable_params=profile.trainable_params,
+        slots=slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps),
+        breakdown=b,
+        kept_per_sample=sum(plan.kept_per_sample),
+        neurons=neurons,
+        input_elements=input_elements,
+        nnc_bytes=classic.nnc_bytes(neurons, profile.total_params, batch),
+        cs231n_mb=cs.total_mb,
+        cs231n_bytes=int(cs.total_mb * classic.MB),
+        seed_max_batch=classic.max_batch_rule(gpu.memory_bytes, neurons, profile.trainable_params),
+        engine_max_batch=max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes),
+        measured_bytes=measured,
+    )
+
+
+def rule_comparison(n: FormulaNumbers) -> list[dict[str, object]]:
+    """Each rule's figure beside the engine (and the measurement where one exists)."""
+    ref = n.measured_bytes or n.breakdown.peak_bytes
+    rows = [
+        ("Engine (this tool)", n.breakdown.peak_bytes),
+        ("Seed 000: Neural Network Console rule", n.nnc_bytes),
+        ("Seed 002: cs231n-style answer", n.cs231n_bytes),
+    ]
+    if n.measured_bytes:
+        rows.insert(0, ("Measured (TensorFlow allocator peak)", n.measured_bytes))
+    return [{"rule": name, "bytes": v, "vs " + ("measured" if n.measured_bytes else "engine"): (v - ref) / ref}
+            for name, v in rows]
+
+
+def measured_for(inputs: Inputs) -> int | None:
+    """The measured peak of this exact configuration, when the validation set has it."""
+    from calc.validation import case_id, load_measurements
+    from dashboard.loaders import spec_for
+
+    try:
+        cid = case_id(spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone"), config_of(inputs))
+    except ValueError:
+        return None
+    for case in load_measurements()["cases"]:
+        if case["case"] == cid:
+            return int(case["peak_bytes"])
+    return None
+
+
+def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inputs: Inputs) -> list[dict[str, object]]:
+    """Largest batch that fits, models x GPUs ("which card do I need?")."""
+    config = config_of(inputs)
+    rows = []
+    for name, profile in profiles.items():
+        row: dict[str, object] = {"model": name, f"peak at batch {inputs.batch_size}": estimate_memory(profile, config).peak_bytes}
+        for gpu in gpus:
+            row[gpu.name] = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
+                                           safety_margin=inputs.margin / 100, limit=1 << 16)
+        rows.append(row)
+    return rows
+
+
+def compare_curves(profiles: dict[str, ModelProfile], inputs: Inputs) -> dict[str, tuple[list[int], list[int]]]:
+    config = config_of(inputs)
+    batches = list(range(inputs.num_gpus, CURVE_MAX + 1, inputs.num_gpus))
+    return {name: (batches, memory_curve(p, config, batches)) for name, p in profiles.items()}

@@ -1,0 +1,69 @@
+"""The shared sidebar: one widget per input, keyed by the input's name, synced to the URL."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from calc.catalogue import lookup
+from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
+from dashboard.state import (
+    FIELD_NAMES,
+    GPUS,
+    MAX_BATCH,
+    MODELS,
+    OPTIMIZERS,
+    PRECISIONS,
+    TRAIN_MODES,
+    UNITS,
+    Inputs,
+    parse_query,
+)
+
+MODE_LABELS = {"all": "everything", "frozen_backbone": "frozen backbone + new head", "last_n": "last N layers"}
+
+
+def sidebar_inputs() -> Inputs:
+    """Renders the sidebar and returns the current inputs; the URL follows them."""
+    if "_from_url" not in st.session_state:
+        inputs, warnings = parse_query(st.query_params.to_dict())
+        for name in FIELD_NAMES:
+            st.session_state[name] = getattr(inputs, name)
+        st.session_state["_from_url"] = warnings
+    for warning in st.session_state["_from_url"]:
+        st.warning(warning)
+    sb = st.sidebar
+    sb.selectbox("Model (Keras application)", MODELS, key="model")
+    entry = lookup(st.session_state["model"])
+    sb.number_input(f"Image size (px, min {entry.min_size}, default {entry.default_size})",
+                    min_value=1, max_value=8192, step=16, key="image_size")
+    sb.number_input("Batch size (global)", min_value=1, max_value=MAX_BATCH, step=1, key="batch_size")
+    sb.selectbox("Optimizer", OPTIMIZERS, key="optimizer")
+    sb.selectbox("Precision", PRECISIONS, key="precision")
+    sb.selectbox("What is trained", TRAIN_MODES, format_func=MODE_LABELS.get, key="train_mode")
+    if st.session_state["train_mode"] == "last_n":
+        sb.number_input("N (last layers trained)", min_value=1, max_value=10000, key="last_n")
+    sb.selectbox("GPU", GPUS, format_func=lambda k: GPU_PRESETS[k].name if k in GPU_PRESETS else "Custom size",
+                 key="gpu")
+    if st.session_state["gpu"] == "custom":
+        sb.number_input("GPU memory (GiB)", min_value=0.25, max_value=4096.0, step=1.0, key="gpu_memory_gib")
+    sb.number_input("GPUs (data parallel)", min_value=1, max_value=1024, key="num_gpus")
+    sb.slider("Safety margin (%)", 0, 90, key="margin")
+    sb.radio("Unit", UNITS, horizontal=True, key="unit",
+             help="GiB = 1024³ bytes (what nvidia-smi's MiB add up to); GB = 10⁹ bytes")
+    inputs = Inputs(**{name: st.session_state[name] for name in FIELD_NAMES})
+    st.query_params.from_dict(inputs.to_query())
+    return inputs
+
+
+def current_inputs() -> Inputs:
+    return Inputs(**{name: st.session_state[name] for name in FIELD_NAMES})
+
+
+def gpu_of(inputs: Inputs) -> GpuPreset:
+    if inputs.gpu == "custom":
+        return custom_gpu(float(inputs.gpu_memory_gib))
+    return GPU_PRESETS[inputs.gpu]
+
+
+def unit_divisor(inputs: Inputs) -> float:
+    return 1024**3 if inputs.unit == "GiB" else 1e9

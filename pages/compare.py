@@ -1,0 +1,40 @@
+import pandas as pd
+import streamlit as st
+
+from calc.gpus import GPU_PRESETS
+from dashboard import figures, views
+from dashboard.loaders import load_profile, spec_for
+from dashboard.state import MODELS
+from dashboard.widgets import current_inputs, unit_divisor
+
+MAX_MODELS = 6
+st.title("Compare models and GPUs")
+inputs = current_inputs()
+models = st.multiselect("Models", MODELS, default=[inputs.model, "EfficientNetB0"] if inputs.model != "EfficientNetB0"
+                        else [inputs.model, "ResNet50"], max_selections=MAX_MODELS, key="compare_models")
+gpu_keys = st.multiselect("GPUs", list(GPU_PRESETS), default=["t4", "a10", "a100-40", "h100-80"],
+                          format_func=lambda k: GPU_PRESETS[k].name, key="compare_gpus")
+st.caption(f"Same training setup as the sidebar: image {inputs.image_size}px, {inputs.optimizer}, {inputs.precision}, "
+           f"{inputs.train_mode}, safety margin {inputs.margin}%.")
+profiles = {}
+for name in models:
+    try:
+        with st.spinner(f"Building {name} once (weights=None)…"):
+            profiles[name] = load_profile(spec_for(name, inputs.image_size, inputs.train_mode == "frozen_backbone"))
+    except ValueError as exc:
+        st.error(f"{name}: {exc}")
+if not profiles:
+    st.info("Pick at least one model.")
+    st.stop()
+gpus = [GPU_PRESETS[k] for k in gpu_keys]
+try:
+    table = pd.DataFrame(views.compare_table(profiles, gpus, inputs))
+    curves = views.compare_curves(profiles, inputs)
+except ValueError as exc:
+    st.error(str(exc))
+    st.stop()
+st.subheader("Largest batch that fits")
+st.dataframe(table, hide_index=True)
+st.download_button("Table as CSV", table.to_csv(index=False), "compare.csv", "text/csv", key="dl_compare_csv")
+st.plotly_chart(figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
+                                      unit_divisor(inputs), inputs.unit), key="compare_chart")

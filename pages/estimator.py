@@ -1,0 +1,40 @@
+import json
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import figures, views
+from dashboard.loaders import accuracy_line
+from dashboard.pagekit import inputs_and_profile
+from dashboard.widgets import gpu_of, unit_divisor
+
+st.title("How much GPU memory will this training step take?")
+inputs, profile = inputs_and_profile()
+gpu = gpu_of(inputs)
+try:
+    view = views.estimate_view(profile, inputs, gpu)
+except ValueError as exc:
+    st.error(str(exc))
+    st.stop()
+
+c1, c2, c3 = st.columns(3)
+c1.metric("Predicted peak (allocator)", views.fmt(view.breakdown.peak_bytes, inputs))
+c2.metric(f"{gpu.name}", views.fmt(view.capacity_bytes, inputs))
+c3.metric("Largest batch that fits", f"{view.max_batch:,}")
+(st.success if view.fits else st.error)(views.verdict(view, inputs))
+st.caption(accuracy_line())
+if view.unknown_layer_types:
+    st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
+
+divisor = unit_divisor(inputs)
+left, right = st.columns(2)
+left.plotly_chart(figures.breakdown_figure(view.breakdown.components(), view.overhead_bytes, view.capacity_bytes,
+                                           divisor, inputs.unit), key="breakdown_chart")
+right.plotly_chart(figures.curve_figure(view.curve_batches, view.curve_bytes, view.capacity_bytes, view.usable_bytes,
+                                        inputs.batch_size, view.max_batch, divisor, inputs.unit), key="curve_chart")
+table = pd.DataFrame(views.breakdown_table(view))
+st.dataframe(table, hide_index=True)
+d1, d2 = st.columns(2)
+d1.download_button("Breakdown as CSV", table.to_csv(index=False), "breakdown.csv", "text/csv", key="dl_breakdown_csv")
+d2.download_button("Breakdown as JSON", json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(view)}),
+                   "breakdown.json", "application/json", key="dl_breakdown_json")

@@ -1,0 +1,83 @@
+import pandas as pd
+import streamlit as st
+
+from calc import classic
+from dashboard import views
+from dashboard.pagekit import inputs_and_profile
+from dashboard.widgets import gpu_of
+
+st.title("The formula, with your numbers")
+inputs, profile = inputs_and_profile()
+gpu = gpu_of(inputs)
+n = views.formula_numbers(profile, inputs, gpu, views.measured_for(inputs))
+b = n.breakdown
+f = lambda x: views.fmt(x, inputs, 3)  # noqa: E731
+
+st.header("1. What this tool computes")
+st.latex(r"M_{peak} = W + S + G_{live} + B \cdot a_{kept} + T + X")
+st.markdown(
+    f"""
+- **W, weights**: every variable, 4 bytes each (float32 even under mixed precision):
+  {n.weights_params:,} parameters → **{f(b.weights_bytes)}**.
+- **S, optimizer state**: {n.slots} slot(s) per trainable parameter for `{inputs.optimizer}` (Keras 3 `build()`):
+  {n.slots} × {n.trainable_params:,} × 4 B → **{f(b.optimizer_state_bytes)}**.
+- **G, gradients alive at the peak**: Keras applies each gradient soon after it is computed, so only a few
+  are alive at once → **{f(b.gradients_bytes)}**.
+- **B · a, activations kept for the backward pass**: what each layer's gradient reads (a Conv keeps its input,
+  a ReLU its output, BatchNormalization its input, Add nothing), alive at the peak ({b.peak_phase}):
+  batch {n.batch} → **{f(b.activations_bytes)}** (at most {n.kept_per_sample:,} bytes per sample over the whole model).
+- **T, backward transients**: gradients of activations and scratch of the layer running at the peak → **{f(b.backward_transient_bytes)}**.
+- **X, the input batch**: {n.batch} × {n.input_elements:,} × 4 B (+ labels) → **{f(b.input_batch_bytes)}**.
+"""
+)
+st.latex(
+    rf"M_{{peak}} = {f(b.weights_bytes)} + {f(b.optimizer_state_bytes)} + {f(b.gradients_bytes)} + "
+    rf"{f(b.activations_bytes)} + {f(b.backward_transient_bytes)} + {f(b.input_batch_bytes)} = {f(b.peak_bytes)}".replace("GiB", r"\,\mathrm{GiB}").replace("GB", r"\,\mathrm{GB}")
+)
+st.markdown(f"`nvidia-smi` would show about **{f(gpu.overhead_bytes)}** more (CUDA context and libraries), "
+            "plus whatever TensorFlow reserved beyond the peak unless memory growth is on.")
+
+st.header("2. The rules of thumb people use, for the same configuration")
+st.latex(r"\text{NNC (seed 000)}:\ (N \cdot B + P) \times 2 \times 4\ \text{bytes}")
+st.markdown(f"N = {n.neurons:,} (every Output Shape of `model.summary()` summed), P = {n.weights_params:,}, "
+            f"B = {n.batch} → **{n.nnc_bytes:,} bytes ({f(n.nnc_bytes)})**")
+st.latex(r"\text{cs231n answer (seed 002)}:\ N \cdot 2 \cdot 4 \cdot B + P \cdot 3 \cdot 4 + B \cdot I \cdot 4")
+st.markdown(f"→ **{n.cs231n_mb:,.2f} MB** (MB = 1024², as the answer divides)")
+st.latex(r"\text{max batch (seed 004)} = \frac{\text{GPU bytes}}{4\,(N + P_{trainable})}")
+st.markdown(f"→ **{n.seed_max_batch:,}** on {gpu.name}; this tool says **{n.engine_max_batch:,}**.")
+table = pd.DataFrame(views.rule_comparison(n))
+st.dataframe(table, hide_index=True, column_config={table.columns[2]: st.column_config.NumberColumn(format="percent")})
+if n.measured_bytes is None:
+    st.caption("No measurement of exactly this configuration in the validation set; the Validation page can measure one.")
+
+st.header("3. Why the rules are off")
+st.markdown(
+    """
+- **Every layer output counted as kept.** Add, pooling, padding and Flatten outputs are not read by any gradient;
+  BatchNormalization + ReLU keep one tensor each, not "value and gradient" of every output. BatchNorm-heavy
+  networks are over-estimated most.
+- **Gradients of activations are not all alive at once.** The backward pass frees each layer's kept tensors as it goes.
+- **Optimizer state ignored (seed 000) or guessed as 1× (seed 002).** Adam keeps two slots per parameter; for
+  weight-heavy models (VGG with its top) this is the largest part and the rules *under*-estimate.
+- **Parameters multiplied as if they grew with the batch** (seed 004's max-batch rule divides all memory by
+  activations + parameters per sample).
+- **1000 vs 1024.** The seeds mix MB = 10⁶ and MB = 1024²; GPU cards are sold in GB but `nvidia-smi` counts MiB.
+- **What `nvidia-smi` adds**: the CUDA context and library handles, and TensorFlow's reservation.
+- **A frozen backbone** keeps almost nothing for the backward pass; the rules still count every activation.
+"""
+)
+
+st.header("4. The seeds' worked examples, reproduced")
+st.markdown(
+    f"""
+- Seed 000, VGG16 at 224×224, batch 8: (15,262,696 × 8 + 138,357,544) × 2 × 4 =
+  **{classic.nnc_bytes(15_262_696, 138_357_544, 8):,} bytes** ≈ 2 GB, as printed.
+  The seed then says batch 32 needs "4×, about 8 GB"; its own rule gives
+  **{classic.nnc_bytes(15_262_696, 138_357_544, 32):,} bytes** (5.0 GB): the parameters do not grow with the batch.
+- Seed 002: 532,752 activations, 19,072,984 parameters, 180×50×1 input, batch 128:
+  4.06 × 128 + 218.27 + 4.39 = **{classic.cs231n_answer(532_752, 19_072_984, 9000, 128).total_mb} MB**
+  (the question's own sum: {classic.cs231n_question_mb(532_752, 19_072_984, 9000, 128)} MB).
+- Seed 003, tiny-cnn: (1,560,576 + 13,716) × 4 = **{classic.tiny_cnn_bytes():,} bytes**; its "about 12 MB" is the same
+  count at 8 bytes ({classic.tiny_cnn_bytes(bytes_per_value=8):,}). Layer 7 has 3·3·96·192 = 165,888 weights, not 6,912.
+"""
+)

@@ -1,0 +1,42 @@
+import pandas as pd
+import streamlit as st
+
+from dashboard import figures, views
+from dashboard.loaders import accuracy_line, load_validation
+from dashboard.measure_now import measure_now_allowed, run_measurement
+from dashboard.pagekit import inputs_and_profile
+from dashboard.widgets import unit_divisor
+
+st.title("How accurate is it? Predicted versus measured")
+inputs, profile = inputs_and_profile()
+st.caption(accuracy_line())
+try:
+    report = load_validation()
+except (OSError, ValueError) as exc:
+    st.error(f"The validation report could not be read: {exc}")
+    st.stop()
+cases = report["cases"]
+extra = st.session_state.setdefault("measured_now", [])
+st.plotly_chart(figures.validation_figure([c["measured_bytes"] for c in cases], [c["predicted_bytes"] for c in cases],
+                                          [c["case"] for c in cases], unit_divisor(inputs), inputs.unit, extra),
+                key="validation_chart")
+st.dataframe(pd.DataFrame(cases), hide_index=True,
+             column_config={"relative_error": st.column_config.NumberColumn(format="percent")})
+
+st.subheader("Measure this configuration now")
+allowed, why = measure_now_allowed(profile, inputs)
+st.caption("Runs two real training steps with TensorFlow on this server's CPU (one thread, "
+           "MEMORY_FACTS.md protocol) in a separate process, one measurement at a time, with a time limit.")
+if not allowed:
+    st.info(why)
+elif st.button("Measure now", key="measure_now"):
+    with st.status(f"Measuring {inputs.model} at {inputs.image_size}px, batch {inputs.batch_size}…") as status:
+        result = run_measurement(profile, inputs)
+        if result.error:
+            status.update(label="Measurement failed", state="error")
+            st.error(result.error)
+        else:
+            status.update(label="Measured", state="complete")
+            extra.append((result.measured_bytes, result.predicted_bytes, result.label))
+            st.success(f"Measured {views.fmt(result.measured_bytes, inputs, 3)}; predicted "
+                       f"{views.fmt(result.predicted_bytes, inputs, 3)} ({result.error_fraction:+.1%}).")
