@@ -2,8 +2,6 @@
 
 import streamlit as st
 
-from dashboard.widgets import sidebar_inputs
-
 st.set_page_config(page_title="Keras training memory", page_icon="🧮", layout="wide")
 page = st.navigation(
     [
@@ -14,5 +12,4 @@ page = st.navigation(
         st.Page("pages/validation.py", title="Validation", icon="🎯"),
     ]
 )
-sidebar_inputs()
 page.run()

@@ -7,11 +7,11 @@ import streamlit as st
 from calc.types import ModelProfile
 from dashboard.loaders import load_profile, spec_for
 from dashboard.state import Inputs
-from dashboard.widgets import current_inputs
+from dashboard.widgets import sidebar_inputs
 
 
 def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
-    inputs = current_inputs()
+    inputs = sidebar_inputs()
     try:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
         with st.spinner(f"Building {spec.name} at {spec.height}x{spec.width} once (weights=None)…"):

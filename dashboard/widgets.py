@@ -26,9 +26,13 @@ def sidebar_inputs() -> Inputs:
     """Renders the sidebar and returns the current inputs; the URL follows them."""
     if "_from_url" not in st.session_state:
         inputs, warnings = parse_query(st.query_params.to_dict())
-        for name in FIELD_NAMES:
-            st.session_state[name] = getattr(inputs, name)
+        st.session_state["_saved"] = {name: getattr(inputs, name) for name in FIELD_NAMES}
         st.session_state["_from_url"] = warnings
+    # Widget state belongs to the page that drew it. Re-assigning each value makes it
+    # the user's own, which survives a page switch (Streamlit's documented pattern);
+    # the saved copy covers values Streamlit already dropped.
+    for name, value in st.session_state["_saved"].items():
+        st.session_state[name] = st.session_state[name] if name in st.session_state else value
     for warning in st.session_state["_from_url"]:
         st.warning(warning)
     sb = st.sidebar
@@ -51,12 +55,11 @@ def sidebar_inputs() -> Inputs:
     sb.radio("Unit", UNITS, horizontal=True, key="unit",
              help="GiB = 1024³ bytes (what nvidia-smi's MiB add up to); GB = 10⁹ bytes")
     inputs = Inputs(**{name: st.session_state[name] for name in FIELD_NAMES})
+    st.session_state["_saved"] = {name: getattr(inputs, name) for name in FIELD_NAMES}
     st.query_params.from_dict(inputs.to_query())
     return inputs
 
 
-def current_inputs() -> Inputs:
-    return Inputs(**{name: st.session_state[name] for name in FIELD_NAMES})
 
 
 def gpu_of(inputs: Inputs) -> GpuPreset:

@@ -5,11 +5,11 @@ from calc.gpus import GPU_PRESETS
 from dashboard import figures, views
 from dashboard.loaders import load_profile, spec_for
 from dashboard.state import MODELS
-from dashboard.widgets import current_inputs, unit_divisor
+from dashboard.widgets import sidebar_inputs, unit_divisor
 
 MAX_MODELS = 6
 st.title("Compare models and GPUs")
-inputs = current_inputs()
+inputs = sidebar_inputs()
 models = st.multiselect("Models", MODELS, default=[inputs.model, "EfficientNetB0"] if inputs.model != "EfficientNetB0"
                         else [inputs.model, "ResNet50"], max_selections=MAX_MODELS, key="compare_models")
 gpu_keys = st.multiselect("GPUs", list(GPU_PRESETS), default=["t4", "a10", "a100-40", "h100-80"],

@@ -1,0 +1,145 @@
+"""AppTest: every page, widgets driven by key, chart data checked against the engine."""
+
+import json
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from calc.catalogue import make_spec
+from calc.estimate import max_batch_size, memory_curve
+from calc.gpus import GPU_PRESETS
+from calc.profiles import get_profile
+from calc.types import TrainingConfig
+
+pytestmark = pytest.mark.slow
+APP = "../app.py"
+SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16", "optimizer": "adam", "gpu": "t4"}
+
+
+@pytest.fixture(autouse=True)
+def _clear_caches():
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+def app(params=None, page=None):
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in (params or SMALL).items():
+        at.query_params[k] = v
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at, label_start):
+    return next(m.value for m in at.metric if m.label.startswith(label_start))
+
+
+def chart(at, key):
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        if c.proto.id and key in c.proto.id or True:
+            yield spec
+
+
+def engine_max_batch(batch=16, margin=0.05):
+    profile = get_profile(make_spec("MobileNetV2", 96))
+    gpu = GPU_PRESETS["t4"]
+    config = TrainingConfig(batch_size=batch, optimizer="adam")
+    return profile, config, gpu, max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
+                                                safety_margin=margin, limit=1 << 16)
+
+
+def test_estimator_shows_engine_numbers():
+    at = app()
+    profile, config, gpu, best = engine_max_batch()
+    assert metric(at, "Largest batch") == f"{best:,}"
+    assert at.success and at.success[0].value.startswith("Fits")
+
+
+def test_verdict_flips_at_the_max_batch():
+    _, _, _, best = engine_max_batch()
+    at = app({**SMALL, "batch_size": str(best)})
+    assert at.success and not at.error
+    at.number_input(key="batch_size").set_value(best + 1).run()
+    assert at.error and at.error[0].value.startswith("Does not fit")
+
+
+def test_curve_crosses_the_usable_line_at_the_max_batch():
+    profile, config, gpu, best = engine_max_batch()
+    at = app()
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    curve = next(f for f in figs if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "batch size")
+    xs, ys = curve["data"][0]["x"], curve["data"][0]["y"]
+    usable = gpu.memory_bytes * 0.95 / 1024**3
+    y_at = dict(zip(xs, ys))
+    assert y_at[best] <= usable < y_at[best + 1]
+    expected = memory_curve(profile, config, [best])[0] + gpu.overhead_bytes
+    assert abs(y_at[best] - expected / 1024**3) < 1e-9
+
+
+def test_breakdown_bars_sum_to_the_peak_plus_overhead():
+    at = app()
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    bars = next(f for f in figs if f["layout"].get("barmode") == "stack")
+    total = sum(trace["y"][0] for trace in bars["data"])
+    profile, config, gpu, _ = engine_max_batch()
+    from calc.estimate import estimate_memory
+
+    assert abs(total - (estimate_memory(profile, config).peak_bytes + gpu.overhead_bytes) / 1024**3) < 1e-9
+
+
+def test_url_round_trip():
+    at = app()
+    at.selectbox(key="optimizer").set_value("sgd").run()
+    at.number_input(key="batch_size").set_value(24).run()
+    at.selectbox(key="precision").set_value("mixed_bfloat16").run()
+    params = {k: at.query_params[k] for k in ("model", "image_size", "batch_size", "optimizer", "precision", "gpu")}
+    params = {k: v[0] if isinstance(v, list) else v for k, v in params.items()}
+    assert params["optimizer"] == "sgd" and params["batch_size"] == "24"
+    again = app(params)
+    assert again.selectbox(key="optimizer").value == "sgd"
+    assert again.number_input(key="batch_size").value == 24
+    assert again.selectbox(key="precision").value == "mixed_bfloat16"
+    assert metric(again, "Predicted peak") == metric(at, "Predicted peak")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"batch_size": "0"}, {"batch_size": "-3"}, {"batch_size": "2.5"}, {"batch_size": "abc"},
+        {"batch_size": "1000000000000"}, {"model": "NotANet"}, {"optimizer": "sgdx"}, {"precision": "fp8"},
+        {"gpu": "a9000"}, {"image_size": "100000"}, {"margin": "nan"}, {"gpu_memory_gib": "inf"},
+    ],
+)
+def test_bad_query_values_warn_and_fall_back(params):
+    at = app({**SMALL, **params})
+    assert at.warning and "Ignored" in at.warning[0].value
+
+
+def test_too_small_image_is_an_error_not_a_traceback():
+    at = app({**SMALL, "model": "InceptionV3", "image_size": "40"})
+    assert at.error and "at least 75x75" in at.error[0].value
+
+
+@pytest.mark.parametrize("page", ["pages/layers.py", "pages/formula.py", "pages/compare.py", "pages/validation.py"])
+def test_every_page_renders(page):
+    at = app(page=page)
+    assert not at.error
+
+
+def test_layers_table_shares_sum_to_one():
+    at = app(page="pages/layers.py")
+    df = at.dataframe[0].value
+    assert abs(df["share of kept"].sum() - 1) < 1e-9
+    assert (df["bytes kept per sample"] >= 0).all()
+
+
+def test_formula_reproduces_seed_000():
+    at = app(page="pages/formula.py")
+    text = " ".join(m.value for m in at.markdown)
+    assert "2,083,672,896 bytes" in text and "742.34 MB" in text and "6,297,168 bytes" in text
