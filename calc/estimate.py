@@ -220,14 +220,13 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         if rule.keeps_input and (has_weights[i] or (need_input and not rule.input_for_weights_only)):
             for t in layer.input_ids:
                 elems = profile.tensor_elements[t]
-                if precision.is_mixed and producer[alias[t]] == -1 and not layer.float32_compute:
+                if precision.is_mixed and rule.upcasts:
+                    private[i].append(FLOAT32 * elems)  # the float32 copy is what is kept
+                elif precision.is_mixed and producer[alias[t]] == -1 and not layer.float32_compute:
                     # Keras casts a float32 model input to the compute dtype: the copy is kept.
                     private[i].append(cb * elems)
                 else:
                     keep.append(alias[t])
-                if precision.is_mixed and layer.layer_type == "BatchNormalization":
-                    # keras tf backend moments() computes on a float32 cast of the input.
-                    private[i].append(FLOAT32 * elems)
         if rule.keeps_output:
             keep.extend(alias[t] for t in layer.output_ids)
         for e in out_elems:
@@ -297,7 +296,10 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     pending_updates: list[tuple[int, int]] = []
     # With gradient accumulation Keras wraps the whole update in one ops.cond, which
     # waits for every gradient.
-    lag = GRADIENT_LAG if config.gradient_accumulation_steps == 1 else len(layers)
+    # So does mixed_float16: Keras' LossScaleOptimizer checks every gradient is finite
+    # and applies them inside one ops.cond.
+    waits_for_all = config.gradient_accumulation_steps > 1 or precision is Precision.MIXED_FLOAT16
+    lag = len(layers) if waits_for_all else GRADIENT_LAG
 
     def largest_of(layer):
         return max((counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements), default=0)
@@ -308,6 +310,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         layer = layers[i]
         rule, act, _ = rule_for(layer.layer_type, layer.activation)
         in_bytes = [nbytes[alias[t]] for t in layer.input_ids]
+        if precision.is_mixed and rule.upcasts:
+            in_bytes = [FLOAT32 * profile.tensor_elements[t] for t in layer.input_ids]
         out_bytes = [nbytes[t] for t in layer.output_ids]
         extra = [x for b in in_bytes for x in _tensors(rule.backward_scratch, b)]
         extra += [x for b in out_bytes for x in _tensors(act.backward_scratch, b)]
@@ -344,9 +348,6 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
 
     largest = max((b for _, b in pending_updates), default=0)
     scratch_fixed = UPDATE_SCRATCH[config.optimizer] * largest
-    if precision is Precision.MIXED_FLOAT16:
-        # LossScaleOptimizer unscales every gradient before applying: a second set.
-        scratch_fixed += ledger.fixed[G]
     ledger.snapshot("optimizer update", extra_fixed=scratch_fixed)
     kept = [sum(private[i]) for i in range(len(layers))]
     for t in range(n_tensors):

@@ -30,6 +30,9 @@ class BackwardRule:
         aliases_input: the output is a view of the input (Reshape, Flatten): no memory.
         forward_scratch: temporaries of the output's size live while the layer runs.
         backward_scratch: temporaries of the input's size live while its gradient runs.
+        upcasts: the layer casts a 16-bit input to float32 first and works on that
+            copy (Keras 3 BatchNormalization), so under mixed precision what it keeps
+            and its scratch are float32.
     """
 
     keeps_input: bool = False
@@ -40,6 +43,7 @@ class BackwardRule:
     aliases_input: bool = False
     forward_scratch: float = 0.0
     backward_scratch: float = 0.0
+    upcasts: bool = False
 
 
 NOTHING = BackwardRule()
@@ -92,8 +96,9 @@ LAYER_RULES: dict[str, BackwardRule] = {
     # (Mul reads x): the input, once. In inference mode it is x * inv + c with
     # constant inv: nothing kept per sample.
     # Its backward sums three paths (through x * inv, the mean and the variance):
-    # measured, two input-sized temporaries beyond the input gradient.
-    "BatchNormalization": BackwardRule(keeps_input=True, backward_scratch=2.0),
+    # measured, two input-sized temporaries beyond the input gradient. Keras 3.15's
+    # call() starts with ops.cast(inputs, result_type(inputs.dtype, "float32")).
+    "BatchNormalization": BackwardRule(keeps_input=True, backward_scratch=2.0, upcasts=True),
     # LayerNormalization: moments of x and the normalized x, both kept: measured 2x.
     "LayerNormalization": BackwardRule(keeps_input=True, extra_outputs=1.0, backward_scratch=2.0),
     "Activation": NOTHING,  # resolved through ACTIVATION_RULES

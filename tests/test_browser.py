@@ -1,0 +1,90 @@
+"""One real-browser test: the dashboard served by `streamlit run`, driven in Chromium.
+
+Needs Debian's chromium (`apt-get install chromium`) and the `playwright` Python
+package (its driver only; the browser is the system one). Skips where either is
+missing, except in CI (CI=true), where it must run.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    env = dict(os.environ, CALC_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not start")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_change_batch_size_updates_the_chart(server, tmp_path):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("playwright is not installed")
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed")
+        pytest.skip("chromium is not installed")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
+        page.get_by_text("Largest batch that fits").wait_for(timeout=180_000)
+        metric = page.locator('[data-testid="stMetricValue"]').first
+        before = metric.inner_text()
+        box = page.get_by_label("Batch size (global)")
+        box.fill("512")
+        box.press("Enter")
+        page.wait_for_function(
+            "before => document.querySelector('[data-testid=\"stMetricValue\"]').innerText !== before",
+            arg=before, timeout=60_000,
+        )
+        after = metric.inner_text()
+        assert after != before
+        assert "batch_size=512" in page.url
+        page.wait_for_timeout(1500)
+        shot = Path(os.environ.get("CALC_SCREENSHOT_DIR", tmp_path)) / "screenshot-estimator.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert shot.stat().st_size > 10_000
