@@ -47,10 +47,12 @@ ALLOCATION_GRANULE = 256
 # kSmallAllocationsThreshold).
 UNTRACKED_BELOW = 262_144
 # Keras applies each gradient as soon as it exists (no control dependency between
-# the per-variable updates), but the executor runs the update ops behind the backward
-# ops already queued: measured on ResNet50 and MobileNetV2 (batch 1-32), the peak
-# matches gradients of the last three weighted layers still alive.
-GRADIENT_LAG = 3
+# the per-variable updates), but the executor runs the update ops behind backward
+# ops already queued, so some gradients wait. How many is the executor's scheduling,
+# which this walk does not simulate: six weighted layers' worth fitted the ResNet50 /
+# MobileNetV2 measurements at batch 1-32 best (benchmarks/probe_layers.py and the
+# validation set; 3 to 10 change the median error by under half a point).
+GRADIENT_LAG = 6
 
 
 # The BFC allocator hands out a free chunk unsplit unless it is at least twice the
@@ -148,6 +150,26 @@ def _tensors(multiple: float, size: int) -> list[int]:
     whole = int(multiple)
     rest = int((multiple - whole) * size)
     return [size] * whole + ([rest] if rest else [])
+
+
+# Layers whose forward is elementwise on one input: TensorFlow can run them in place.
+_ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
+
+
+def _writes_in_place(layer, rule, act, inference, precision, alias, producer, last_forward_use, keepers, nbytes,
+                     outputs, i) -> bool:
+    if len(layer.input_ids) != 1 or len(layer.output_ids) != 1:
+        return False
+    source, target = alias[layer.input_ids[0]], layer.output_ids[0]
+    elementwise = layer.layer_type in _ELEMENTWISE or (layer.layer_type == "BatchNormalization" and inference)
+    if not elementwise or alias[target] != target or producer[source] == -1:
+        return False
+    if layer.layer_type == "Dropout" and not inference:
+        return False  # training-mode dropout multiplies by a fresh mask: a new tensor
+    if layer.layer_type == "BatchNormalization" and precision.is_mixed:
+        return False  # it works on a float32 copy, then casts back
+    return (last_forward_use[source] == i and keepers[source] == 0 and source not in outputs
+            and nbytes[source] == nbytes[target])
 
 
 def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[list[bool], list[bool]]:
@@ -267,14 +289,21 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
 
     live = [False] * n_tensors
     for i, layer in enumerate(layers):
-        for t in layer.output_ids:
-            if alias[t] == t:
-                ledger.add(ACT, nbytes[t])
-                live[t] = True
+        rule, act, _ = rule_for(layer.layer_type, layer.activation)
+        if _writes_in_place(layer, rule, act, inference[i], precision, alias, producer, last_forward_use,
+                            keepers, nbytes, outputs, i):
+            # An elementwise op whose input dies here writes into the input's buffer
+            # (TensorFlow forwards an input buffer with no other reader to the output).
+            source, target = alias[layer.input_ids[0]], layer.output_ids[0]
+            live[source], live[target] = False, True
+        else:
+            for t in layer.output_ids:
+                if alias[t] == t:
+                    ledger.add(ACT, nbytes[t])
+                    live[t] = True
         for size in private[i]:
             ledger.add(ACT, size)
         ledger.fixed[ACT] += private_fixed[i]
-        rule, _, _ = rule_for(layer.layer_type, layer.activation)
         scratch = tuple(int(rule.forward_scratch * nbytes[t]) for t in layer.output_ids)
         ledger.snapshot(f"forward {layer.name}", extra_per_sample=scratch)
         for t in {alias[x] for x in (*layer.input_ids, *layer.output_ids)}:
