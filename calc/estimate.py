@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from calc.optimizers import SCALAR_VARIABLES, UPDATE_SCRATCH, slots_per_variable
+from calc.optimizers import slots_per_variable, update_scratch
 from calc.rules import NOTHING, rule_for
 from calc.types import (
     MemoryBreakdown,
@@ -323,6 +323,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
             live[t] = False
 
     pending_updates: list[tuple[int, int]] = []
+    per_update = update_scratch(config.optimizer, config.optimizer_options)
     # With gradient accumulation Keras wraps the whole update in one ops.cond, which
     # waits for every gradient.
     # So does mixed_float16: Keras' LossScaleOptimizer checks every gradient is finite
@@ -356,12 +357,12 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
             grad_bytes = sum(counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements)
             ledger.fixed[G] += grad_bytes
             pending_updates.append((grad_bytes, largest_of(layer)))
-        update_scratch = 0
+        scratch_now = 0
         while len(pending_updates) > lag:
             grad_bytes, biggest = pending_updates.pop(0)
             ledger.fixed[G] -= grad_bytes
-            update_scratch = max(update_scratch, UPDATE_SCRATCH[config.optimizer] * biggest)
-        ledger.snapshot(f"backward {layer.name}", extra_fixed=update_scratch, extra_per_sample=tuple(extra))
+            scratch_now = max(scratch_now, per_update * biggest)
+        ledger.snapshot(f"backward {layer.name}", extra_fixed=scratch_now, extra_per_sample=tuple(extra))
         for t in {alias[x] for x in layer.output_ids}:
             if grad_live[t]:
                 grad_live[t] = False
@@ -376,7 +377,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         ledger.fixed[ACT] -= private_fixed[i]
 
     largest = max((b for _, b in pending_updates), default=0)
-    scratch_fixed = UPDATE_SCRATCH[config.optimizer] * largest
+    scratch_fixed = per_update * largest
     ledger.snapshot("optimizer update", extra_fixed=scratch_fixed)
     kept = [sum(private[i]) for i in range(len(layers))]
     for t in range(n_tensors):

@@ -17,7 +17,7 @@ from typing import Any
 
 from calc.catalogue import ModelSpec
 from calc.rules import is_known_layer_type
-from calc.types import LayerStats, ModelProfile, TrainingConfig, TrainMode
+from calc.types import LayerStats, ModelProfile, Optimizer, TrainingConfig, TrainMode
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -48,6 +48,14 @@ def _is_functional(op: Any) -> bool:
     return hasattr(op, "_nodes_by_depth") and hasattr(op, "inputs")
 
 
+def _as_functional(op: Any) -> Any:
+    """The graph of a functional model, or of a built Sequential (its ``_functional``)."""
+    if _is_functional(op):
+        return op
+    inner = getattr(op, "_functional", None)
+    return inner if inner is not None and _is_functional(inner) else None
+
+
 def _detail(op: Any) -> str:
     parts = []
     for attr in ("kernel_size", "pool_size", "strides", "rate", "axis", "approximate"):
@@ -75,10 +83,11 @@ def _walk(model: Any, backbone: Any = None) -> tuple[list[tuple[Any, LayerStats]
                 if op is None or node.is_input:
                     continue
                 in_ids = tuple(tensor_map[id(x)] for x in node.input_tensors)
-                if _is_functional(op):
-                    inner = {id(x): t for x, t in zip(op.inputs, in_ids)}
-                    visit(op, inner, in_backbone or op is backbone)
-                    for outer, inner_out in zip(node.outputs, op.outputs):
+                graph = _as_functional(op)
+                if graph is not None:
+                    inner = {id(x): t for x, t in zip(graph.inputs, in_ids)}
+                    visit(graph, inner, in_backbone or op is backbone)
+                    for outer, inner_out in zip(node.outputs, graph.outputs):
                         tensor_map[id(outer)] = inner[id(inner_out)]
                     continue
                 out_ids = tuple(new_tensor(kt) for kt in node.outputs)
@@ -119,6 +128,7 @@ def _walk(model: Any, backbone: Any = None) -> tuple[list[tuple[Any, LayerStats]
                     )
                 )
 
+    model = _as_functional(model) or model
     if not _is_functional(model):
         raise ValueError(
             "Only functional and Sequential Keras models can be profiled (subclassed models "
@@ -198,6 +208,14 @@ def profile_catalogue_model(spec: ModelSpec) -> ModelProfile:
         gc.collect()
 
 
+_OPTIMIZER_CLASSES = {
+    Optimizer.SGD: "SGD", Optimizer.ADAM: "Adam", Optimizer.ADAMW: "AdamW", Optimizer.NADAM: "Nadam",
+    Optimizer.ADAMAX: "Adamax", Optimizer.RMSPROP: "RMSprop", Optimizer.ADAGRAD: "Adagrad",
+    Optimizer.ADADELTA: "Adadelta", Optimizer.FTRL: "Ftrl", Optimizer.LION: "Lion", Optimizer.LAMB: "Lamb",
+    Optimizer.ADAFACTOR: "Adafactor",
+}
+
+
 def _optimizer(config: TrainingConfig) -> Any:
     keras = _keras()
     opts = config.optimizer_options
@@ -213,8 +231,7 @@ def _optimizer(config: TrainingConfig) -> Any:
         kwargs["use_ema"] = True
     if config.gradient_accumulation_steps > 1:
         kwargs["gradient_accumulation_steps"] = config.gradient_accumulation_steps
-    cls = keras.optimizers.get(name).__class__
-    return cls(**kwargs)
+    return getattr(keras.optimizers, _OPTIMIZER_CLASSES[config.optimizer])(**kwargs)
 
 
 def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any]:

@@ -25,12 +25,33 @@ OPTIMIZER_SLOTS: dict[Optimizer, int] = {
     Optimizer.ADAFACTOR: 1,  # velocities (full size) besides the factored r, c
 }
 
-# Variable-sized buffers alive while one variable's ``update_step`` runs, the
-# gradient included. Each elementwise op of an update could make a temporary, but
-# TensorFlow forwards an input buffer to the output when nothing else reads it, and
-# measured on VGG16 (fc1: 392 MiB) with Adam and with SGD the update added nothing
-# beyond the gradient itself.
-UPDATE_SCRATCH: dict[Optimizer, int] = {o: 1 for o in Optimizer}
+# Variable-sized buffers alive at once while one variable's ``update_step`` runs,
+# its gradient included (the elementwise ops of the update make temporaries;
+# TensorFlow reuses an input's buffer where nothing else reads it). Measured with
+# benchmarks/probe_optimizers.py: one 4096x4096 Dense kernel, the peak of a step
+# minus what was resident before it, in units of the kernel's size.
+UPDATE_SCRATCH: dict[Optimizer, int] = {
+    Optimizer.SGD: 1,  # 2 with momentum (see update_scratch)
+    Optimizer.ADAM: 2,
+    Optimizer.ADAMW: 2,
+    Optimizer.NADAM: 3,
+    Optimizer.ADAMAX: 3,
+    Optimizer.RMSPROP: 3,
+    Optimizer.ADAGRAD: 2,
+    Optimizer.ADADELTA: 5,
+    Optimizer.FTRL: 3,
+    Optimizer.LION: 4,
+    Optimizer.LAMB: 2,
+    Optimizer.ADAFACTOR: 2,
+}
+
+
+def update_scratch(optimizer: Optimizer, options: OptimizerOptions) -> int:
+    """Variable-sized buffers alive during one variable's update, the gradient included."""
+    if optimizer is Optimizer.SGD and options.momentum:
+        return 2
+    return UPDATE_SCRATCH[optimizer]
+
 
 # Scalars every optimizer keeps (iterations, learning rate), plus Nadam's u_product.
 SCALAR_VARIABLES = 2

@@ -19,7 +19,7 @@ from typing import Any
 from calc.catalogue import ModelSpec
 from calc.types import LayerStats, ModelProfile
 
-PROFILE_FORMAT = 1
+PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
 
 
 def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def get_profile(spec: ModelSpec) -> ModelProfile:
     Builds are serialised (one at a time in the process): two callers asking for
     the same model get one build.
     """
-    path = cache_dir() / f"{spec.key}-keras{_keras_version()}.json"
+    path = cache_dir() / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
     cached = _read_cached(path)
     if cached is not None:
         return cached

@@ -74,8 +74,9 @@ ACTIVATION_RULES: dict[str, BackwardRule] = {
     # tf.nn.silu has a custom gradient that recomputes sigmoid from the input.
     # Its backward recomputes sigmoid(x) and builds dx from two more temporaries:
     # measured, two tensors of the input's size live during the backward.
-    "silu": BackwardRule(keeps_input=True, backward_scratch=2.0),
-    "swish": BackwardRule(keeps_input=True, backward_scratch=2.0),
+    # Forward, x * sigmoid(x) makes the sigmoid first: one more tensor while it runs.
+    "silu": BackwardRule(keeps_input=True, backward_scratch=2.0, forward_scratch=1.0),
+    "swish": BackwardRule(keeps_input=True, backward_scratch=2.0, forward_scratch=1.0),
     "softplus": KEEPS_INPUT,
     "leaky_relu": KEEPS_INPUT,
     # Keras' exact GELU (erf) and hard_silu (x * relu6(x + 3) / 6) are chains of

