@@ -20,6 +20,7 @@ from calc.catalogue import ModelSpec
 from calc.types import LayerStats, ModelProfile
 
 PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
+SHIPPED_DIR = Path(__file__).parent / "data" / "profiles"
 
 
 def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
@@ -80,13 +81,34 @@ def _keras_version() -> str:
 _build_lock = threading.Lock()
 
 
+def shipped_path(spec: ModelSpec) -> Path:
+    return SHIPPED_DIR / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json.gz"
+
+
+def _read_shipped(spec: ModelSpec) -> ModelProfile | None:
+    """A profile shipped with the package (default sizes), when it fits this Keras."""
+    import gzip
+
+    path = shipped_path(spec)
+    if not path.exists():
+        return None
+    try:
+        with gzip.open(path, "rt") as f:
+            return profile_from_dict(json.load(f))
+    except (ValueError, OSError, EOFError):
+        return None
+
+
 @lru_cache(maxsize=64)
 def get_profile(spec: ModelSpec) -> ModelProfile:
-    """The profile of a catalogue model: memory cache, then disk cache, then one build.
+    """The profile of a catalogue model: memory, shipped, disk cache, then one build.
 
     Builds are serialised (one at a time in the process): two callers asking for
     the same model get one build.
     """
+    shipped = _read_shipped(spec)
+    if shipped is not None:
+        return shipped
     path = cache_dir() / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
     cached = _read_cached(path)
     if cached is not None:

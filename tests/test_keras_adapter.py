@@ -103,3 +103,14 @@ def test_measurement_failure_is_an_error_not_a_crash():
 
     with pytest.raises(MeasurementError, match="ran past"):
         measure_once(make_spec("ResNet50", 64), TrainingConfig(batch_size=2), timeout_s=0.5)
+
+
+@pytest.mark.parametrize("name", ["ResNet50", "MobileNetV3Small", "ConvNeXtTiny"])
+def test_shipped_profiles_equal_a_fresh_build(name, keras):
+    """The gzipped ledgers in calc/data/profiles are what the adapter builds today."""
+    from calc.catalogue import make_spec
+    from calc.keras_adapter import profile_catalogue_model
+    from calc.profiles import _read_shipped
+
+    spec = make_spec(name)
+    assert _read_shipped(spec) == profile_catalogue_model(spec)
