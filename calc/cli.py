@@ -232,8 +232,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
               for r in rows]
     lines.append(f"{s.cases} cases: median |error| {s.median_abs * 100:.1f}%, 90th percentile {s.p90_abs * 100:.1f}%, "
                  f"max {s.max_abs * 100:.1f}%; under-predicted {s.under_count} cases, worst {s.worst_under * 100:+.1f}%")
+    seed = _seed_rule_errors(rows)
+    out["seed_000_rule_median_abs_error"] = seed
+    lines.append(f"for scale, seed 000's rule (neurons x batch + params) x 8 bytes on the same cases: "
+                 f"median |error| {seed * 100:.0f}%")
     _print(out, args.json, lines)
     return 0
+
+
+def _seed_rule_errors(rows) -> float:
+    import statistics
+
+    from calc.classic import nnc_bytes_for_profile
+    from calc.profiles import get_profile
+
+    return statistics.median(
+        abs(nnc_bytes_for_profile(get_profile(r.spec), r.config.per_replica_batch) - r.measured_bytes) / r.measured_bytes
+        for r in rows
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

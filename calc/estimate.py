@@ -252,7 +252,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         if rule.keeps_output:
             keep.extend(alias[t] for t in layer.output_ids)
         for e in out_elems:
-            private[i].extend(_tensors(rule.extra_outputs, cb * e))
+            private[i].extend(_tensors(rule.extra_outputs, (FLOAT32 if precision.is_mixed and rule.upcasts else cb) * e))
             if rule.mask_bytes_per_element:
                 private[i].append(rule.mask_bytes_per_element * e)
             if act.keeps_input:

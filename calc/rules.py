@@ -109,7 +109,8 @@ LAYER_RULES: dict[str, BackwardRule] = {
     # call() starts with ops.cast(inputs, result_type(inputs.dtype, "float32")).
     "BatchNormalization": BackwardRule(keeps_input=True, backward_scratch=2.0, upcasts=True),
     # LayerNormalization: moments of x and the normalized x, both kept: measured 2x.
-    "LayerNormalization": BackwardRule(keeps_input=True, extra_outputs=1.0, backward_scratch=2.0),
+    # keras/src/ops/nn.py _layer_normalization casts x to float32 first, like BN.
+    "LayerNormalization": BackwardRule(keeps_input=True, extra_outputs=1.0, backward_scratch=2.0, upcasts=True),
     "Activation": NOTHING,  # resolved through ACTIVATION_RULES
     "ReLU": KEEPS_OUTPUT,
     "Softmax": KEEPS_OUTPUT,
