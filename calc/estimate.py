@@ -11,7 +11,7 @@ the peak for a batch is the largest of those lines, kept as their upper envelope
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from calc.optimizers import slots_per_variable, update_scratch
@@ -443,16 +443,8 @@ def step_timeline(profile: ModelProfile, config: TrainingConfig) -> list[tuple[s
 
 
 def _without_batch(config: TrainingConfig) -> TrainingConfig:
-    return TrainingConfig(
-        batch_size=config.num_gpus,
-        optimizer=config.optimizer,
-        optimizer_options=config.optimizer_options,
-        precision=config.precision,
-        train_mode=config.train_mode,
-        last_n_layers=config.last_n_layers,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        num_gpus=config.num_gpus,
-    )
+    """The config with its batch set aside, so that every batch size shares one plan."""
+    return replace(config, batch_size=config.num_gpus)
 
 
 def estimate_memory(profile: ModelProfile, config: TrainingConfig) -> MemoryBreakdown:
