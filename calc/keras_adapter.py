@@ -281,10 +281,40 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
     }
 
 
+def profile_model_file(path: str) -> ModelProfile:
+    """Loads a saved ``.keras`` or ``.h5`` model with Keras safe mode on and profiles it.
+
+    No custom objects are registered and Lambda layers are refused by safe mode, so a
+    file cannot run code while it loads. The model is dropped before returning.
+    """
+    keras = _keras()
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    except Exception as exc:  # Keras raises many types for bad files; all mean "cannot read"
+        raise ValueError(f"Keras could not load this file safely: {type(exc).__name__}: {exc}"[:500]) from None
+    try:
+        backbone = next((op for op in getattr(model, "layers", []) if _as_functional(op) is not None), None)
+        return profile_model(model, name=os.path.basename(path), backbone=backbone)
+    finally:
+        del model
+        keras.backend.clear_session()
+        gc.collect()
+
+
 def _child_main(argv: list[str]) -> int:
-    """Entry of the measurement subprocess: one JSON request in, one JSON result out."""
+    """Entry of the subprocesses: measure one case, or profile one saved file."""
     from calc.requests import config_from_dict, spec_from_dict
 
+    if argv[:1] == ["--profile-file"]:
+        from calc.profiles import profile_to_dict
+
+        try:
+            profile = profile_model_file(argv[1])
+        except ValueError as exc:
+            sys.stdout.write("REFUSED " + json.dumps(str(exc)) + "\n")
+            return 0
+        sys.stdout.write("PROFILE " + json.dumps(profile_to_dict(profile)) + "\n")
+        return 0
     request = json.loads(argv[0])
     result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]))
     sys.stdout.write("MEASURED " + json.dumps(result) + "\n")

@@ -38,6 +38,8 @@ class MeasureResult:
 def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, str]:
     if os.environ.get("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
         return False, "Measuring is switched off on this server (CALC_MEASURE_NOW=off)."
+    if inputs.source != "catalogue":
+        return False, "Measuring here is for catalogue models; run `python -m calc measure` on your own machine."
     if inputs.num_gpus != 1:
         return False, "Measuring runs one device: set GPUs to 1."
     if inputs.batch_size > MAX_BATCH or inputs.image_size > MAX_IMAGE or profile.total_params > MAX_PARAMS:

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.estimate import plan_step
 from calc.types import ModelProfile
 from dashboard.loaders import load_profile, spec_for
 from dashboard.state import Inputs
+from dashboard.views import config_of
 from dashboard.widgets import sidebar_inputs
 
 
 def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
     inputs = sidebar_inputs()
+    profile = _uploaded_profile() if inputs.source == "upload" else _catalogue_profile(inputs)
+    try:
+        plan_step(profile, config_of(inputs))  # a configuration the model cannot take fails here, once
+    except ValueError as exc:
+        st.error(str(exc))
+        st.stop()
+    return inputs, profile
+
+
+def _catalogue_profile(inputs: Inputs) -> ModelProfile:
     try:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
         with st.spinner(f"Building {spec.name} at {spec.height}x{spec.width} once (weights=None)…"):
@@ -19,4 +31,26 @@ def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
     except ValueError as exc:
         st.error(str(exc))
         st.stop()
-    return inputs, profile
+    return profile
+
+
+def _uploaded_profile() -> ModelProfile:
+    """The uploaded file's ledger, read once per file (kept in this session only)."""
+    from calc.uploads import profile_upload
+
+    upload = st.session_state.get("upload_file")
+    if upload is None:
+        st.info("Upload a .keras or .h5 file in the sidebar. It is read with Keras safe mode, in a separate "
+                "process, and deleted afterwards; only its layer ledger is kept.")
+        st.stop()
+    cached = st.session_state.get("_upload_profile")
+    if cached is not None and cached[0] == upload.file_id:
+        return cached[1]
+    try:
+        with st.spinner(f"Reading {upload.name} (Keras safe mode)…"):
+            profile = profile_upload(upload.getvalue(), upload.name)
+    except ValueError as exc:
+        st.error(f"{upload.name}: {exc}")
+        st.stop()
+    st.session_state["_upload_profile"] = (upload.file_id, profile)
+    return profile

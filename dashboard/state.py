@@ -19,6 +19,7 @@ MAX_QUERY_VALUE_CHARS = 64
 
 @dataclass(frozen=True)
 class Inputs:
+    source: str = "catalogue"  # or "upload": the model comes from a file (not in the URL)
     model: str = "ResNet50"
     image_size: int = 224
     batch_size: int = 32
@@ -42,6 +43,7 @@ PRECISIONS = [p.value for p in Precision]
 TRAIN_MODES = [m.value for m in TrainMode]
 GPUS = [*GPU_PRESETS, "custom"]
 UNITS = ["GiB", "GB"]
+SOURCES = ["catalogue", "upload"]
 MODELS = list(CATALOGUE)
 
 
@@ -63,6 +65,7 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     values = asdict(DEFAULTS)
     warnings: list[str] = []
     parsers = {
+        "source": lambda t: _choice("source", t, SOURCES),
         "model": lambda t: lookup(t).name,
         "image_size": lambda t: _int("image_size", t, 1, MAX_IMAGE_SIDE),
         "batch_size": lambda t: _int("batch_size", t, 1, MAX_BATCH),

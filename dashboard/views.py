@@ -191,6 +191,8 @@ def measured_for(inputs: Inputs) -> int | None:
     from calc.validation import case_id, load_measurements
     from dashboard.loaders import spec_for
 
+    if inputs.source != "catalogue":
+        return None
     try:
         cid = case_id(spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone"), config_of(inputs))
     except ValueError:

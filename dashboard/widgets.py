@@ -13,6 +13,7 @@ from dashboard.state import (
     MODELS,
     OPTIMIZERS,
     PRECISIONS,
+    SOURCES,
     TRAIN_MODES,
     UNITS,
     Inputs,
@@ -36,10 +37,16 @@ def sidebar_inputs() -> Inputs:
     for warning in st.session_state["_from_url"]:
         st.warning(warning)
     sb = st.sidebar
-    sb.selectbox("Model (Keras application)", MODELS, key="model")
-    entry = lookup(st.session_state["model"])
-    sb.number_input(f"Image size (px, min {entry.min_size}, default {entry.default_size})",
-                    min_value=1, max_value=8192, step=16, key="image_size")
+    sb.radio("Model from", SOURCES, horizontal=True, key="source",
+             format_func={"catalogue": "Keras applications", "upload": "my .keras / .h5 file"}.get)
+    if st.session_state["source"] == "upload":
+        sb.file_uploader("Model file (.keras or .h5, loaded with Keras safe mode)", type=["keras", "h5"],
+                         key="upload_file")
+    else:
+        sb.selectbox("Model (Keras application)", MODELS, key="model")
+        entry = lookup(st.session_state["model"])
+        sb.number_input(f"Image size (px, min {entry.min_size}, default {entry.default_size})",
+                        min_value=1, max_value=8192, step=16, key="image_size")
     sb.number_input("Batch size (global)", min_value=1, max_value=MAX_BATCH, step=1, key="batch_size")
     sb.selectbox("Optimizer", OPTIMIZERS, key="optimizer")
     sb.selectbox("Precision", PRECISIONS, key="precision")

@@ -143,3 +143,45 @@ def test_formula_reproduces_seed_000():
     at = app(page="pages/formula.py")
     text = " ".join(m.value for m in at.markdown)
     assert "2,083,672,896 bytes" in text and "742.34 MB" in text and "6,297,168 bytes" in text
+
+
+def _saved_model_bytes(tmp_path, lam=False, ext=".keras"):
+    import keras
+
+    inp = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(8, 3)(inp)
+    if lam:
+        x = keras.layers.Lambda(lambda t: t * 2)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    out = keras.layers.Dense(3, activation="softmax")(x)
+    path = tmp_path / f"model{ext}"
+    keras.Model(inp, out).save(path)
+    return path.read_bytes()
+
+
+def test_upload_a_model_file(tmp_path):
+    at = app({"source": "upload", "batch_size": "8"})
+    assert at.info and "Upload" in at.info[0].value
+    at.file_uploader(key="upload_file").set_value(("mine.keras", _saved_model_bytes(tmp_path), "application/zip")).run()
+    assert not at.exception and not at.error
+    assert metric(at, "Largest batch")
+
+
+@pytest.mark.parametrize(
+    "name, payload, needle",
+    [
+        ("lambda.keras", "lambda", "Lambda"),
+        ("truncated.keras", "truncated", "truncated"),
+        ("notamodel.h5", b"just text", "HDF5"),
+    ],
+)
+def test_bad_uploads_are_clear_errors(tmp_path, name, payload, needle):
+    if payload == "lambda":
+        payload = _saved_model_bytes(tmp_path, lam=True)
+    elif payload == "truncated":
+        data = _saved_model_bytes(tmp_path)
+        payload = data[: len(data) // 2]
+    at = app({"source": "upload"})
+    at.file_uploader(key="upload_file").set_value((name, payload, "application/octet-stream")).run()
+    assert not at.exception
+    assert at.error and needle in at.error[0].value
