@@ -14,7 +14,8 @@ from dashboard.widgets import sidebar_inputs
 
 def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
     inputs = sidebar_inputs()
-    profile = _uploaded_profile() if inputs.source == "upload" else _catalogue_profile(inputs)
+    readers = {"upload": _uploaded_profile, "summary": _summary_profile}
+    profile = readers[inputs.source]() if inputs.source in readers else _catalogue_profile(inputs)
     try:
         plan_step(profile, config_of(inputs))  # a configuration the model cannot take fails here, once
     except ValueError as exc:
@@ -53,4 +54,22 @@ def _uploaded_profile() -> ModelProfile:
         st.error(f"{upload.name}: {exc}")
         st.stop()
     st.session_state["_upload_profile"] = (upload.file_id, profile)
+    return profile
+
+
+def _summary_profile() -> ModelProfile:
+    """A chain-shaped ledger read from pasted ``model.summary()`` text."""
+    from calc.summary_text import parse_summary
+
+    text = st.session_state.get("summary_text") or ""
+    if not text.strip():
+        st.info("Paste the table printed by model.summary() in the sidebar (Keras 2 or 3 layout, a chain of layers). "
+                "The text carries no wiring and no fused activations, so the estimate reads the layers as a chain.")
+        st.stop()
+    try:
+        profile = parse_summary(text)
+    except ValueError as exc:
+        st.error(f"Could not read the summary: {exc}")
+        st.stop()
+    st.caption(f"Read {len(profile.layers)} layers, {profile.total_params:,} parameters from the pasted summary.")
     return profile

@@ -19,7 +19,7 @@ MAX_QUERY_VALUE_CHARS = 64
 
 @dataclass(frozen=True)
 class Inputs:
-    source: str = "catalogue"  # or "upload": the model comes from a file (not in the URL)
+    source: str = "catalogue"  # "upload" (a file) or "summary" (pasted text): neither is in the URL
     model: str = "ResNet50"
     image_size: int = 224
     batch_size: int = 32
@@ -43,7 +43,7 @@ PRECISIONS = [p.value for p in Precision]
 TRAIN_MODES = [m.value for m in TrainMode]
 GPUS = [*GPU_PRESETS, "custom"]
 UNITS = ["GiB", "GB"]
-SOURCES = ["catalogue", "upload"]
+SOURCES = ["catalogue", "upload", "summary"]
 MODELS = list(CATALOGUE)
 
 

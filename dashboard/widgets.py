@@ -38,10 +38,13 @@ def sidebar_inputs() -> Inputs:
         st.warning(warning)
     sb = st.sidebar
     sb.radio("Model from", SOURCES, horizontal=True, key="source",
-             format_func={"catalogue": "Keras applications", "upload": "my .keras / .h5 file"}.get)
+             format_func={"catalogue": "Keras applications", "upload": "my .keras / .h5 file",
+                          "summary": "pasted model.summary()"}.get)
     if st.session_state["source"] == "upload":
         sb.file_uploader("Model file (.keras or .h5, loaded with Keras safe mode)", type=["keras", "h5"],
                          key="upload_file")
+    elif st.session_state["source"] == "summary":
+        sb.text_area("The text printed by model.summary()", height=200, max_chars=1_000_000, key="summary_text")
     else:
         sb.selectbox("Model (Keras application)", MODELS, key="model")
         entry = lookup(st.session_state["model"])

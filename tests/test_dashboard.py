@@ -185,3 +185,15 @@ def test_bad_uploads_are_clear_errors(tmp_path, name, payload, needle):
     at.file_uploader(key="upload_file").set_value((name, payload, "application/octet-stream")).run()
     assert not at.exception
     assert at.error and needle in at.error[0].value
+
+
+def test_pasted_summary(tmp_path):
+    from tests.test_summary_text import KERAS2
+
+    at = app({"source": "summary", "batch_size": "8"})
+    assert at.info and "Paste" in at.info[0].value
+    at.text_area(key="summary_text").input(KERAS2).run()
+    assert not at.exception and not at.error
+    assert metric(at, "Largest batch")
+    at.text_area(key="summary_text").input("not a summary").run()
+    assert at.error and "No layer rows" in at.error[0].value
