@@ -9,9 +9,13 @@ from calc.profiles import get_profile
 from calc.types import ModelProfile
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=64, show_spinner=False)
 def load_profile(spec: ModelSpec) -> ModelProfile:
-    """A catalogue model's ledger; the first call for a model builds it once."""
+    """A catalogue model's ledger; the first call for a model builds it once.
+
+    A profile is an immutable frozen dataclass, so one shared object serves every
+    session (no copy per rerun) and the engine's plan cache hits on it at once.
+    """
     return get_profile(spec)
 
 

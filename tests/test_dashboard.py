@@ -20,8 +20,10 @@ SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16", "optimi
 @pytest.fixture(autouse=True)
 def _clear_caches():
     st.cache_data.clear()
+    st.cache_resource.clear()
     yield
     st.cache_data.clear()
+    st.cache_resource.clear()
 
 
 def app(params=None, page=None):
