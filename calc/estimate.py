@@ -19,7 +19,6 @@ from calc.rules import NOTHING, rule_for
 from calc.types import (
     MemoryBreakdown,
     ModelProfile,
-    Optimizer,
     Precision,
     TrainingConfig,
     TrainMode,

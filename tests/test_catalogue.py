@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from calc.catalogue import CATALOGUE, MAX_PARAMS, approximate_params, lookup, make_spec
+from calc.catalogue import CATALOGUE, approximate_params, lookup, make_spec
 
 
 def test_catalogue_covers_the_families():

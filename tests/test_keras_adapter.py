@@ -39,7 +39,7 @@ def test_nested_backbone_and_shared_layers(keras):
     model = keras.Model(x_in, out)
     p = profile_model(model, backbone=inner)
     names = [l.name for l in p.layers]
-    assert names == ["inner_conv", "global_average_pooling2d", "shared", "shared", "add"] or names.count("shared") == 2
+    assert names[0] == "inner_conv" and names.count("shared") == 2 and names[-1] == "add"
     assert [l.in_backbone for l in p.layers if l.name == "inner_conv"] == [True]
     assert p.total_params == model.count_params() == (3 * 3 * 8 * 4 + 4) + (4 * 5 + 5)
     assert sum(l.shares_weights for l in p.layers) == 1
