@@ -33,10 +33,16 @@ class Measurement:
     keras: str
     threads: str
     seconds: float
+    resident_bytes: tuple[int, ...] = ()  # allocator ``current`` just before each measured step
 
     @property
     def peak_bytes(self) -> int:
         return int(statistics.median(self.peaks_bytes))
+
+    @property
+    def resident_median_bytes(self) -> int:
+        """What was allocated before the measured step (weights, optimizer state, ...)."""
+        return int(statistics.median(self.resident_bytes)) if self.resident_bytes else 0
 
     @property
     def spread(self) -> float:
@@ -94,4 +100,5 @@ def measure_training_step(
         keras=first["keras"],
         threads=first["threads"],
         seconds=round(sum(r["seconds"] for r in runs), 1),
+        resident_bytes=tuple(r["current_before_bytes"] for r in runs),
     )

@@ -132,6 +132,7 @@ def save_measurement(path: Path, spec: ModelSpec, config: TrainingConfig, measur
             "spec": spec_to_dict(spec),
             "config": config_to_dict(config),
             "peaks_bytes": list(measurement.peaks_bytes),
+            "resident_before_step_bytes": list(measurement.resident_bytes),
             "peak_bytes": measurement.peak_bytes,
             "spread": round(measurement.spread, 4),
             "seconds": measurement.seconds,

@@ -59,3 +59,13 @@ def test_estimate_json_real_model():
     assert out["peak_bytes"] == sum(out["components"].values())
     assert out["optimizer"] == "adamw" and out["precision"] == "mixed_bfloat16"
     assert out["fits"] is True and out["max_batch_size"] > 8
+
+
+@pytest.mark.slow
+def test_measure_json_components_sum_to_the_peak():
+    r = run("measure", "--model", "MobileNetV2", "--image-size", "64", "--batch-size", "4", "--optimizer", "sgd",
+            "--repeats", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["peak_bytes"] == sum(out["components"].values())
+    assert out["components"]["resident_before_step"] > 0 and out["device"] == "CPU:0"
