@@ -38,6 +38,8 @@ KINDS = {
     "zpad": "[L.ZeroPadding2D(1), L.Cropping2D(1)]",
     "maxpool": "L.MaxPooling2D(3, strides=1, padding='same')",
     "avgpool": "L.AveragePooling2D(3, strides=1, padding='same')",
+    "gconv": "L.Conv2D(16, 7, padding='same', groups=16)",
+    "dense4x": "[L.Dense(64), L.Dense(16)]",
     "residual": "'residual'",
     "concat": "'concat'",
     "se": "'se'",

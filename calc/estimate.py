@@ -248,6 +248,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
                     private[i].append(cb * elems)
                 else:
                     keep.append(alias[t])
+            if rule.copies_input_above_rank2 and len(layer.output_shapes[0]) > 1:
+                private[i].extend(cb * profile.tensor_elements[t] for t in layer.input_ids)
         if rule.keeps_output:
             keep.extend(alias[t] for t in layer.output_ids)
         for e in out_elems:

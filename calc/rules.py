@@ -30,6 +30,9 @@ class BackwardRule:
         aliases_input: the output is a view of the input (Reshape, Flatten): no memory.
         forward_scratch: temporaries of the output's size live while the layer runs.
         backward_scratch: temporaries of the input's size live while its gradient runs.
+        copies_input_above_rank2: on an input of rank > 2 the layer keeps a second,
+            reshaped copy of it (Keras' Dense via tf.tensordot: measured, a Dense pair
+            on 4-D maps kept 9.5 maps instead of 5; benchmarks/probe_layers.py dense4x).
         upcasts: the layer casts a 16-bit input to float32 first and works on that
             copy (Keras 3 BatchNormalization), so under mixed precision what it keeps
             and its scratch are float32.
@@ -44,6 +47,7 @@ class BackwardRule:
     forward_scratch: float = 0.0
     backward_scratch: float = 0.0
     upcasts: bool = False
+    copies_input_above_rank2: bool = False
 
 
 NOTHING = BackwardRule()
@@ -95,7 +99,7 @@ LAYER_RULES: dict[str, BackwardRule] = {
     "Conv3D": CONV,
     "Conv2DTranspose": CONV,
     "DepthwiseConv2D": CONV,
-    "Dense": LINEAR,
+    "Dense": BackwardRule(keeps_input=True, input_for_weights_only=True, copies_input_above_rank2=True),
     "EinsumDense": LINEAR,
     # Depthwise then pointwise: keeps its input and the depthwise output.
     # The depthwise output exists between the two convolutions, kept or not.
