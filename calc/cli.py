@@ -113,7 +113,7 @@ def _print(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from calc.estimate import estimate_memory, max_batch_size
+    from calc.estimate import estimate_memory, fit_on_gpu
     from calc.profiles import get_profile
 
     spec, config = _spec_and_config(args)
@@ -136,14 +136,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
     lines.append(f"  {'predicted peak':20s} {b.peak_bytes / GIB:10.3f} GiB  ({b.peak_bytes:,} bytes, at {b.peak_phase})")
     if gpu is not None:
-        need = b.peak_bytes + gpu.overhead_bytes
-        usable = int(gpu.memory_bytes * (1 - args.margin))
-        fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
+        fit = fit_on_gpu(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
         out.update(gpu=gpu.key, gpu_memory_bytes=gpu.memory_bytes, framework_overhead_bytes=gpu.overhead_bytes,
-                   fits=need <= usable, max_batch_size=fit)
-        verdict = "fits" if need <= usable else "does NOT fit"
+                   fits=fit.fits, max_batch_size=fit.max_batch)
+        verdict = "fits" if fit.fits else "does NOT fit"
         lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: {verdict} "
-                     f"({need / GIB:.2f} of {usable / GIB:.2f} GiB usable); largest batch that fits: {fit}")
+                     f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
+                     f"largest batch that fits: {fit.max_batch}")
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
     _print(out, args.json, lines)

@@ -3,10 +3,11 @@
 The step is simulated as TensorFlow runs it: the forward pass allocates each layer's
 output and frees a tensor after its last forward reader unless a gradient will read
 it (``calc.rules``); the backward pass runs the layers in reverse, allocating input
-gradients and weight gradients and freeing what each layer kept; then the optimizer
-applies all gradients at once. Every moment of the walk has its live bytes as
-``fixed + per_sample * batch`` per component, so one walk serves every batch size:
-the peak for a batch is the largest of those lines, kept as their upper envelope.
+gradients and weight gradients and freeing what each layer kept, while the optimizer
+applies each gradient a few layers after it appears. Every moment of the walk holds
+its live bytes per component as fixed bytes plus the per-sample sizes of the live
+tensors, so one walk serves every batch size; the moments that can be the peak for
+some batch are kept (``_prune``) and evaluated per batch.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def _tensors(multiple: float, size: int) -> list[int]:
 _ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
 
 
-def _writes_in_place(layer, rule, act, inference, precision, alias, producer, last_forward_use, keepers, nbytes,
+def _writes_in_place(layer, inference, precision, alias, producer, last_forward_use, keepers, nbytes,
                      outputs, i) -> bool:
     if len(layer.input_ids) != 1 or len(layer.output_ids) != 1:
         return False
@@ -290,8 +291,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
 
     live = [False] * n_tensors
     for i, layer in enumerate(layers):
-        rule, act, _ = rule_for(layer.layer_type, layer.activation)
-        if _writes_in_place(layer, rule, act, inference[i], precision, alias, producer, last_forward_use,
+        rule, _, _ = rule_for(layer.layer_type, layer.activation)
+        if _writes_in_place(layer, inference[i], precision, alias, producer, last_forward_use,
                             keepers, nbytes, outputs, i):
             # An elementwise op whose input dies here writes into the input's buffer
             # (TensorFlow forwards an input buffer with no other reader to the output).
@@ -340,9 +341,10 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
             continue
         layer = layers[i]
         rule, act, _ = rule_for(layer.layer_type, layer.activation)
-        in_bytes = [nbytes[alias[t]] for t in layer.input_ids]
         if precision.is_mixed and rule.upcasts:
             in_bytes = [FLOAT32 * profile.tensor_elements[t] for t in layer.input_ids]
+        else:
+            in_bytes = [nbytes[alias[t]] for t in layer.input_ids]
         out_bytes = [nbytes[t] for t in layer.output_ids]
         extra = [x for b in in_bytes for x in _tensors(rule.backward_scratch, b)]
         extra += [x for b in out_bytes for x in _tensors(act.backward_scratch, b)]
@@ -510,3 +512,33 @@ def max_batch_size(
         else:
             hi = mid
     return lo * config.num_gpus
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """One configuration against one card: the verdict and the largest batch."""
+
+    breakdown: MemoryBreakdown
+    needed_bytes: int  # predicted peak + framework overhead
+    usable_bytes: int  # card memory x (1 - safety margin)
+    max_batch: int
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.usable_bytes
+
+
+def fit_on_gpu(
+    profile: ModelProfile,
+    config: TrainingConfig,
+    memory_bytes: int,
+    *,
+    overhead_bytes: int = 0,
+    safety_margin: float = 0.0,
+    limit: int = 1 << 20,
+) -> GpuFit:
+    """Whether ``config`` fits a card of ``memory_bytes``, and the largest batch that does."""
+    breakdown = estimate_memory(profile, config)
+    best = max_batch_size(profile, config, memory_bytes, overhead_bytes=overhead_bytes,
+                          safety_margin=safety_margin, limit=limit)
+    return GpuFit(breakdown, breakdown.peak_bytes + overhead_bytes, int(memory_bytes * (1.0 - safety_margin)), best)

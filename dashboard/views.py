@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step, step_timeline
+from calc.estimate import estimate_memory, fit_on_gpu, max_batch_size, memory_curve, plan_step, step_timeline
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, TrainingConfig
 from dashboard.state import Inputs
@@ -43,24 +43,21 @@ class EstimateView:
 
 def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> EstimateView:
     config = config_of(inputs)
-    breakdown = estimate_memory(profile, config)
-    usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
-    best = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
-                          safety_margin=inputs.margin / 100, limit=1 << 16)
-    top = max(CURVE_MAX, 2 * best, 2 * inputs.batch_size)
+    fit = fit_on_gpu(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
+                     safety_margin=inputs.margin / 100, limit=1 << 16)
+    top = max(CURVE_MAX, 2 * fit.max_batch, 2 * inputs.batch_size)
     step = inputs.num_gpus
     batches = tuple(range(step, top + 1, step)) if top // step <= 8192 else tuple(
         sorted({*range(step, 8192 * step, step), top // step * step}))
     curve = memory_curve(profile, config, batches)
-    needed = breakdown.peak_bytes + gpu.overhead_bytes
     return EstimateView(
-        breakdown=breakdown,
+        breakdown=fit.breakdown,
         overhead_bytes=gpu.overhead_bytes,
         capacity_bytes=gpu.memory_bytes,
-        usable_bytes=usable,
-        needed_bytes=needed,
-        fits=needed <= usable,
-        max_batch=best,
+        usable_bytes=fit.usable_bytes,
+        needed_bytes=fit.needed_bytes,
+        fits=fit.fits,
+        max_batch=fit.max_batch,
         curve_batches=batches,
         curve_bytes=tuple(c + gpu.overhead_bytes for c in curve),
         unknown_layer_types=plan_step(profile, config).unknown_layer_types,
@@ -94,10 +91,14 @@ def timeline(profile: ModelProfile, inputs: Inputs) -> list[tuple[str, int]]:
     return step_timeline(profile, config_of(inputs))
 
 
+def unit_divisor(inputs: Inputs) -> float:
+    """Bytes per display unit: GiB = 1024^3, GB = 10^9."""
+    return 1024**3 if inputs.unit == "GiB" else 1e9
+
+
 def fmt(nbytes: float, inputs: Inputs, digits: int = 2) -> str:
     """Bytes in the chosen display unit, labelled."""
-    divisor = 1024**3 if inputs.unit == "GiB" else 1e9
-    return f"{nbytes / divisor:,.{digits}f} {inputs.unit}"
+    return f"{nbytes / unit_divisor(inputs):,.{digits}f} {inputs.unit}"
 
 
 def verdict(view: EstimateView, inputs: Inputs) -> str:

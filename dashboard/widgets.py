@@ -76,7 +76,3 @@ def gpu_of(inputs: Inputs) -> GpuPreset:
     if inputs.gpu == "custom":
         return custom_gpu(float(inputs.gpu_memory_gib))
     return GPU_PRESETS[inputs.gpu]
-
-
-def unit_divisor(inputs: Inputs) -> float:
-    return 1024**3 if inputs.unit == "GiB" else 1e9

@@ -5,7 +5,7 @@ from calc.gpus import GPU_PRESETS
 from dashboard import figures, views
 from dashboard.loaders import load_profile, spec_for
 from dashboard.state import MODELS
-from dashboard.widgets import sidebar_inputs, unit_divisor
+from dashboard.widgets import sidebar_inputs
 
 MAX_MODELS = 6
 st.title("Compare models and GPUs")
@@ -37,4 +37,4 @@ st.subheader("Largest batch that fits")
 st.dataframe(table, hide_index=True)
 st.download_button("Table as CSV", table.to_csv(index=False), "compare.csv", "text/csv", key="dl_compare_csv")
 st.plotly_chart(figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
-                                      unit_divisor(inputs), inputs.unit), key="compare_chart")
+                                      views.unit_divisor(inputs), inputs.unit), key="compare_chart")

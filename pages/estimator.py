@@ -6,7 +6,7 @@ import streamlit as st
 from dashboard import figures, views
 from dashboard.loaders import accuracy_line
 from dashboard.pagekit import inputs_and_profile
-from dashboard.widgets import gpu_of, unit_divisor
+from dashboard.widgets import gpu_of
 
 st.title("How much GPU memory will this training step take?")
 inputs, profile = inputs_and_profile()
@@ -26,7 +26,7 @@ st.caption(accuracy_line())
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
 
-divisor = unit_divisor(inputs)
+divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)
 left.plotly_chart(figures.breakdown_figure(view.breakdown.components(), view.overhead_bytes, view.capacity_bytes,
                                            divisor, inputs.unit), key="breakdown_chart")

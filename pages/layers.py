@@ -5,7 +5,6 @@ import streamlit as st
 
 from dashboard import figures, views
 from dashboard.pagekit import inputs_and_profile
-from dashboard.widgets import unit_divisor
 
 st.title("Where the memory goes, layer by layer")
 inputs, profile = inputs_and_profile()
@@ -21,7 +20,7 @@ d1.download_button("Layers as CSV", table.to_csv(index=False), "layers.csv", "te
 d2.download_button("Layers as JSON", json.dumps([r.__dict__ for r in rows]), "layers.json", "application/json",
                    key="dl_layers_json")
 
-divisor = unit_divisor(inputs)
+divisor = views.unit_divisor(inputs)
 heaviest = views.heaviest_layers(rows, 15)
 st.subheader("Heaviest layers")
 st.plotly_chart(figures.layers_figure([r.name for r in heaviest], [r.kept_bytes_per_sample for r in heaviest],

@@ -5,7 +5,6 @@ from dashboard import figures, views
 from dashboard.loaders import accuracy_line, load_validation
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
-from dashboard.widgets import unit_divisor
 
 st.title("How accurate is it? Predicted versus measured")
 inputs, profile = inputs_and_profile()
@@ -18,7 +17,7 @@ except (OSError, ValueError) as exc:
 cases = report["cases"]
 extra = st.session_state.setdefault("measured_now", [])
 st.plotly_chart(figures.validation_figure([c["measured_bytes"] for c in cases], [c["predicted_bytes"] for c in cases],
-                                          [c["case"] for c in cases], unit_divisor(inputs), inputs.unit, extra),
+                                          [c["case"] for c in cases], views.unit_divisor(inputs), inputs.unit, extra),
                 key="validation_chart")
 st.dataframe(pd.DataFrame(cases), hide_index=True,
              column_config={"relative_error": st.column_config.NumberColumn(format="percent")})

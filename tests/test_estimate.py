@@ -196,3 +196,23 @@ def test_unknown_layer_types_are_reported_and_counted():
 
     assert "MyFancyLayer" in plan_step(base, TrainingConfig(batch_size=8, optimizer="sgd")).unknown_layer_types
     assert isinstance(base, ModelProfile) and isinstance(base.layers[0], LayerStats)
+
+
+def test_vector_and_scalar_allocator_rules_agree():
+    import numpy as np
+
+    from calc.estimate import _counted_array
+
+    sizes = [0, 1, 262143, 262144, 262145, 10**6, 128 * 2**20 - 1, 128 * 2**20, 10**9]
+    assert _counted_array(np.array(sizes, dtype=np.int64)).tolist() == [expected_counted(n) for n in sizes]
+
+
+def test_fit_on_gpu_agrees_with_its_parts():
+    from calc.estimate import fit_on_gpu
+
+    config = TrainingConfig(batch_size=16, optimizer="adam")
+    fit = fit_on_gpu(PROFILE, config, 64 * 2**20, overhead_bytes=2**20, safety_margin=0.1)
+    peak = estimate_memory(PROFILE, config).peak_bytes
+    assert fit.needed_bytes == peak + 2**20 and fit.usable_bytes == int(64 * 2**20 * 0.9)
+    assert fit.fits == (peak + 2**20 <= int(64 * 2**20 * 0.9))
+    assert fit.max_batch == max_batch_size(PROFILE, config, 64 * 2**20, overhead_bytes=2**20, safety_margin=0.1)
