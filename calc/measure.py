@@ -50,12 +50,17 @@ class Measurement:
         return (max(self.peaks_bytes) - min(self.peaks_bytes)) / self.peak_bytes
 
 
+def child_env() -> dict[str, str]:
+    """Environment for a ``python -m calc.keras_adapter`` child: quiet TF, this checkout importable."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
+                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0) -> dict:
     """Runs the protocol once in a fresh Python process and returns its JSON result."""
     request = json.dumps({"spec": spec_to_dict(spec), "config": config_to_dict(config)})
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env = child_env()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "calc.keras_adapter", request],

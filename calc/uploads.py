@@ -17,6 +17,7 @@ import sys
 import tempfile
 import zipfile
 
+from calc.measure import child_env
 from calc.profiles import profile_from_dict
 from calc.types import ModelProfile
 
@@ -64,8 +65,7 @@ def profile_upload(data: bytes, filename: str, *, timeout_s: float = TIMEOUT_S) 
         path = os.path.join(workdir, "model" + ext)
         with open(path, "wb") as f:
             f.write(data)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = child_env()
         try:
             proc = subprocess.run([sys.executable, "-m", "calc.keras_adapter", "--profile-file", path],
                                   capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
