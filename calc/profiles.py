@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import Counter, OrderedDict
 from dataclasses import asdict
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,12 @@ def _keras_version() -> str:
         return "unknown"
 
 
-_build_lock = threading.Lock()
+_build_lock = threading.Lock()  # one Keras build at a time in the process bounds its memory
+_memory: OrderedDict[str, ModelProfile] = OrderedDict()  # recently used profiles, newest last
+_memory_guard = threading.Lock()
+_key_locks: dict[str, threading.Lock] = {}
+MEMORY_ENTRIES = 64
+BUILDS = Counter()  # spec key -> Keras builds done by this process (for tests and the load test)
 
 
 def shipped_path(spec: ModelSpec) -> Path:
@@ -99,34 +104,50 @@ def _read_shipped(spec: ModelSpec) -> ModelProfile | None:
         return None
 
 
-@lru_cache(maxsize=64)
 def get_profile(spec: ModelSpec) -> ModelProfile:
     """The profile of a catalogue model: memory, shipped, disk cache, then one build.
 
-    Builds are serialised (one at a time in the process): two callers asking for
-    the same model get one build.
+    Single flight: callers asking for the same model at the same time wait for one
+    build (a lock per model), whether or not the disk cache can be written; builds of
+    different models run one at a time. At most ``MEMORY_ENTRIES`` profiles are kept
+    in memory, least recently used dropped first.
     """
-    shipped = _read_shipped(spec)
-    if shipped is not None:
-        return shipped
+    key = spec.key
+    with _memory_guard:
+        if key in _memory:
+            _memory.move_to_end(key)
+            return _memory[key]
+        key_lock = _key_locks.setdefault(key, threading.Lock())
+    with key_lock:
+        with _memory_guard:
+            if key in _memory:  # the caller we waited for has built it
+                return _memory[key]
+        profile = _read_shipped(spec) or _read_or_build(spec)
+        with _memory_guard:
+            _memory[key] = profile
+            while len(_memory) > MEMORY_ENTRIES:
+                _memory.popitem(last=False)
+            _key_locks.pop(key, None)  # later callers find the profile in _memory
+    return profile
+
+
+def _read_or_build(spec: ModelSpec) -> ModelProfile:
     path = cache_dir() / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
     cached = _read_cached(path)
     if cached is not None:
         return cached
     with _build_lock:
-        cached = _read_cached(path)  # another caller may have built it meanwhile
-        if cached is not None:
-            return cached
         from calc.keras_adapter import profile_catalogue_model
 
         profile = profile_catalogue_model(spec)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(profile_to_dict(profile)))
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only home still works, just without the disk cache
+        BUILDS[spec.key] += 1
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(profile_to_dict(profile)))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home still works, just without the disk cache
     return profile
 
 

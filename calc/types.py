@@ -125,6 +125,11 @@ class ModelProfile:
         return any(layer.in_backbone for layer in self.layers)
 
 
+# Larger than any per-step batch trained in practice (the largest published data-parallel
+# ImageNet batches are ~10^5-10^6); above it an estimate only measures the typo.
+MAX_BATCH_SIZE = 1 << 24
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """One training setup. Validated on construction."""
@@ -146,6 +151,8 @@ class TrainingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE:,}. Received: batch_size={self.batch_size:,}")
         if self.train_mode is TrainMode.LAST_N and (
             isinstance(self.last_n_layers, bool)
             or not isinstance(self.last_n_layers, int)

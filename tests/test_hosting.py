@@ -1,0 +1,106 @@
+"""Serving a team: one build per model however many ask at once, bounded caches, server settings."""
+
+import threading
+import time
+import tomllib
+from collections import Counter, OrderedDict
+from pathlib import Path
+
+import pytest
+
+from calc import keras_adapter, profiles
+from calc.catalogue import make_spec
+from tests.profiles import chain_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fake_builds(monkeypatch, tmp_path):
+    """Replaces the Keras build by a slow fake that records how many builds overlap.
+
+    The disk cache directory is made unwritable (a path below a plain file), so the
+    single flight cannot lean on a second caller finding the first one's file.
+    """
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("CALC_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(profiles, "_memory", OrderedDict())
+    monkeypatch.setattr(profiles, "BUILDS", Counter())
+    state = {"running": 0, "most_at_once": 0}
+    guard = threading.Lock()
+
+    def slow_build(spec):
+        with guard:
+            state["running"] += 1
+            state["most_at_once"] = max(state["most_at_once"], state["running"])
+        time.sleep(0.2)
+        with guard:
+            state["running"] -= 1
+        return chain_profile()
+
+    monkeypatch.setattr(keras_adapter, "profile_catalogue_model", slow_build)
+    return state
+
+
+def _in_threads(fn, args_list):
+    results = [None] * len(args_list)
+
+    def run(i, args):
+        results[i] = fn(*args)
+
+    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(args_list)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results
+
+
+def test_many_callers_of_one_uncached_model_share_one_build(fake_builds):
+    spec = make_spec("ResNet50", 96)  # not a shipped default size
+    results = _in_threads(profiles.get_profile, [(spec,)] * 12)
+    assert profiles.BUILDS[spec.key] == 1
+    assert all(r is results[0] for r in results)
+
+
+def test_different_models_build_one_at_a_time(fake_builds):
+    specs = [make_spec(name, 96) for name in ("ResNet50", "MobileNetV2", "DenseNet121", "Xception")]
+    _in_threads(profiles.get_profile, [(s,) for s in specs])
+    assert sum(profiles.BUILDS.values()) == 4
+    assert fake_builds["most_at_once"] == 1
+
+
+def test_profiles_in_memory_are_bounded(fake_builds, monkeypatch):
+    monkeypatch.setattr(profiles, "MEMORY_ENTRIES", 3)
+    specs = [make_spec("ResNet50", size) for size in (64, 96, 128, 160, 192)]
+    for s in specs:
+        profiles.get_profile(s)
+    assert list(profiles._memory) == [s.key for s in specs[-3:]]
+    assert not profiles._key_locks
+
+
+def test_dashboard_loader_single_flight(fake_builds):
+    import streamlit as st
+
+    from dashboard.loaders import load_profile
+
+    st.cache_resource.clear()
+    spec = make_spec("MobileNetV2", 128)
+    results = _in_threads(load_profile, [(spec,)] * 8)
+    st.cache_resource.clear()
+    assert profiles.BUILDS[spec.key] == 1
+    assert all(r is results[0] for r in results)
+
+
+def test_server_config_is_safe_for_a_shared_host():
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    server = config["server"]
+    assert server["headless"] is True
+    assert server["runOnSave"] is False and server["fileWatcherType"] == "none"
+    assert server["enableXsrfProtection"] is True and server["enableCORS"] is True
+    from calc.uploads import MAX_UPLOAD_BYTES
+
+    assert server["maxUploadSize"] == MAX_UPLOAD_BYTES // 2**20  # the widget refuses what calc would
+    assert config["browser"]["gatherUsageStats"] is False
+    assert config["client"]["showErrorDetails"] == "none" and config["client"]["toolbarMode"] == "viewer"
