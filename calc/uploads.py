@@ -45,12 +45,64 @@ def check_upload(data: bytes, filename: str) -> str:
         except zipfile.BadZipFile:
             raise ValueError("This is not a .keras file (a .keras file is a zip archive); is it truncated?") from None
         if total > MAX_UNCOMPRESSED_BYTES or total > MAX_RATIO * max(len(data), 1):
-            raise ValueError(f"The archive would unpack to {total / 2**20:,.0f} MiB from {len(data) / 2**20:,.1f} MiB: refused.")
+            raise ValueError(
+                f"The archive would unpack to {_size(total)} from {_size(len(data))} ({total / len(data):,.0f}x): "
+                f"refused as a possible zip bomb (limits {MAX_UNCOMPRESSED_BYTES // 2**30} GiB and {MAX_RATIO}x).")
         if "config.json" not in names:
             raise ValueError("This zip archive has no config.json: it is not a Keras model.")
+        custom = custom_classes(_read_config(data))
+        if custom:
+            raise ValueError(
+                f"The model uses classes defined in its author's Python code ({', '.join(custom[:5])}). Safe mode "
+                "loads only Keras's own layers, so this file cannot be read here. Profile it where that code is "
+                "importable: calc.keras_adapter.profile_model(model).")
     elif not data.startswith(b"\x89HDF\r\n\x1a\n"):
         raise ValueError("This is not an HDF5 file (no HDF5 signature).")
     return ext
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
+
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a ConvNeXtXLarge config.json is ~1 MiB
+
+
+def _read_config(data: bytes) -> object:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        if archive.getinfo("config.json").file_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"config.json is larger than {MAX_CONFIG_BYTES // 2**20} MiB: refused.")
+        try:
+            return json.loads(archive.read("config.json"))
+        except (ValueError, RecursionError):
+            raise ValueError("config.json in this archive is not valid JSON (or nested too deeply).") from None
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise ValueError(f"The archive is damaged (is it truncated?): {exc}") from None
+
+
+def custom_classes(config: object) -> list[str]:
+    """Names of classes in a Keras 3 ``config.json`` that Keras itself does not define.
+
+    Keras writes ``module`` ("keras.layers", "keras.src.models.functional", ...) and,
+    for classes registered by user code, ``registered_name`` ("package>Name").
+    """
+    found: list[str] = []
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "class_name" in node and node["class_name"] != "__keras_tensor__":
+                module = node.get("module")
+                registered = node.get("registered_name")
+                if (isinstance(registered, str) and ">" in registered) or (
+                        module is not None and not str(module).startswith("keras")):
+                    name = str(registered or f"{module}.{node['class_name']}")[:80]
+                    if name not in found:
+                        found.append(name)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def profile_upload(data: bytes, filename: str, *, timeout_s: float = TIMEOUT_S) -> ModelProfile:
