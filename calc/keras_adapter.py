@@ -302,9 +302,13 @@ def profile_model_file(path: str) -> ModelProfile:
 
 
 def _child_main(argv: list[str]) -> int:
-    """Entry of the subprocesses: measure one case, or profile one saved file."""
+    """Entry of the subprocesses: measure one case, profile one saved file, or serve builds."""
     from calc.requests import config_from_dict, spec_from_dict
 
+    if argv[:1] == ["--serve-builds"]:
+        from calc.build_worker import serve_builds
+
+        return serve_builds(sys.stdin, sys.stdout)
     if argv[:1] == ["--profile-file"]:
         from calc.profiles import profile_to_dict
 

@@ -137,9 +137,7 @@ def _read_or_build(spec: ModelSpec) -> ModelProfile:
     if cached is not None:
         return cached
     with _build_lock:
-        from calc.keras_adapter import profile_catalogue_model
-
-        profile = profile_catalogue_model(spec)
+        profile = build_profile(spec)
         BUILDS[spec.key] += 1
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +147,24 @@ def _read_or_build(spec: ModelSpec) -> ModelProfile:
     except OSError:
         pass  # a read-only home still works, just without the disk cache
     return profile
+
+
+_worker = None  # a calc.build_worker.BuildWorker once a server asks for one
+
+
+def use_build_worker(worker) -> None:
+    """Sends this process's Keras builds to ``worker`` (a server), or back in-process (``None``)."""
+    global _worker
+    _worker = worker
+
+
+def build_profile(spec: ModelSpec) -> ModelProfile:
+    """One Keras build: in the build worker when one is set, else in this process (the CLI)."""
+    if _worker is not None:
+        return _worker.build(spec)
+    from calc.keras_adapter import profile_catalogue_model
+
+    return profile_catalogue_model(spec)
 
 
 def _read_cached(path: Path) -> ModelProfile | None:

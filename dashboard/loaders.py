@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc import profiles
+from calc.build_worker import BuildWorker
 from calc.catalogue import ModelSpec, make_spec
 from calc.profiles import get_profile
 from calc.types import ModelProfile
+
+# The server never imports TensorFlow: Keras builds happen in one child process that
+# is replaced when it grows and exits when idle (calc/build_worker.py says why).
+profiles.use_build_worker(BuildWorker())
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)

@@ -40,6 +40,7 @@ def fake_builds(monkeypatch, tmp_path):
         return chain_profile()
 
     monkeypatch.setattr(keras_adapter, "profile_catalogue_model", slow_build)
+    monkeypatch.setattr(profiles, "_worker", None)  # builds in this process, where the fake is
     return state
 
 
@@ -104,3 +105,60 @@ def test_server_config_is_safe_for_a_shared_host():
     assert server["maxUploadSize"] == MAX_UPLOAD_BYTES // 2**20  # the widget refuses what calc would
     assert config["browser"]["gatherUsageStats"] is False
     assert config["client"]["showErrorDetails"] == "none" and config["client"]["toolbarMode"] == "viewer"
+
+
+# --- the build worker: Keras builds outside the server process ----------------------
+
+@pytest.fixture
+def worker():
+    from calc.build_worker import BuildWorker
+
+    w = BuildWorker()
+    yield w
+    w.close()
+
+
+@pytest.mark.slow
+def test_the_worker_builds_what_an_in_process_build_gives(worker):
+    spec = make_spec("MobileNetV2", 96)
+    assert worker.build(spec) == keras_adapter.profile_catalogue_model(spec)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_an_error_for_that_request_only(worker):
+    import os
+    import signal
+
+    from calc.build_worker import BuildError
+
+    worker.build(make_spec("MobileNetV2", 64))  # the child is up
+    killer = threading.Timer(0.3, lambda: os.kill(worker.pid, signal.SIGKILL))
+    killer.start()
+    with pytest.raises(BuildError, match="ended"):
+        worker.build(make_spec("ConvNeXtXLarge", 64))  # several seconds: killed mid-build
+    assert worker.build(make_spec("MobileNetV2", 72)).total_params > 0  # a fresh child serves the next one
+    assert worker.started == 2
+
+
+@pytest.mark.slow
+def test_a_grown_worker_is_replaced_and_an_idle_one_exits(worker):
+    worker.max_rss_bytes = 1  # every build leaves the child "too big"
+    worker.build(make_spec("MobileNetV2", 64))
+    assert worker.pid is None
+    worker.max_rss_bytes, worker.idle_s = 2**40, 0.5
+    worker.build(make_spec("MobileNetV2", 72))
+    assert worker.started == 2 and worker.pid is not None
+    time.sleep(2)
+    assert worker.pid is None
+
+
+@pytest.mark.slow
+def test_the_dashboard_server_never_imports_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; import dashboard.loaders as l; from calc.catalogue import make_spec; "
+            "p = l.get_profile(make_spec('ResNet50', 80)); "
+            "print(p.total_params, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["25636712", "False", "False"], out.stderr[-2000:]
