@@ -1,6 +1,7 @@
 """The Validation page's "measure now": bounded, one at a time server-wide, switchable off.
 
-Set ``CALC_MEASURE_NOW=off`` in the server's environment to disable it (public hosting).
+Set ``CALC_MEASURE_NOW=off`` in the server's environment or as a root-level Streamlit
+secret to disable it (public hosting).
 """
 
 from __future__ import annotations
@@ -35,8 +36,24 @@ class MeasureResult:
         return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
 
 
+def server_setting(name: str, default: str) -> str:
+    """A server-wide switch: the environment, else a root-level Streamlit secret, else ``default``.
+
+    Hosting services take settings as secrets; Streamlit exports root-level secrets to
+    the environment only once ``st.secrets`` is read, so it is read here.
+    """
+    if name in os.environ:
+        return os.environ[name]
+    try:
+        import streamlit as st
+
+        return str(st.secrets.get(name, default))
+    except Exception:  # no secrets file, or an unreadable one: the default holds
+        return default
+
+
 def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, str]:
-    if os.environ.get("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
+    if server_setting("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
         return False, "Measuring is switched off on this server (CALC_MEASURE_NOW=off)."
     if inputs.source != "catalogue":
         return False, "Measuring here is for catalogue models; run `python -m calc measure` on your own machine."

@@ -162,3 +162,61 @@ def test_the_dashboard_server_never_imports_tensorflow():
             "print(p.total_params, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["25636712", "False", "False"], out.stderr[-2000:]
+
+
+# --- "measure now": bounded, one at a time, switchable off ---------------------------
+
+def _inputs(**kw):
+    from dashboard.state import Inputs
+
+    return Inputs(**{"model": "MobileNetV2", "image_size": 96, "batch_size": 16, **kw})
+
+
+@pytest.fixture
+def small_profile():
+    return profiles.get_profile(make_spec("MobileNetV2"))  # shipped: no build
+
+
+def test_measure_now_is_allowed_within_its_bounds(small_profile, monkeypatch):
+    from dashboard import measure_now
+
+    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
+    monkeypatch.setattr("streamlit.secrets", {})
+    assert measure_now.measure_now_allowed(small_profile, _inputs()) == (True, "")
+
+
+@pytest.mark.parametrize("inputs, reason", [
+    (dict(batch_size=65), "batch ≤ 64"), (dict(image_size=321), "image ≤ 320px"),
+    (dict(source="upload"), "catalogue models"), (dict(num_gpus=2, batch_size=16), "GPUs to 1"),
+])
+def test_measure_now_refuses_what_could_hold_the_server(small_profile, monkeypatch, inputs, reason):
+    from dashboard import measure_now
+
+    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
+    allowed, why = measure_now.measure_now_allowed(small_profile, _inputs(**inputs))
+    assert not allowed and reason in why
+
+
+@pytest.mark.parametrize("where", ["environment", "secret"])
+def test_measure_now_can_be_switched_off(small_profile, monkeypatch, where):
+    from dashboard import measure_now
+
+    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
+    if where == "environment":
+        monkeypatch.setenv("CALC_MEASURE_NOW", "off")
+    else:
+        monkeypatch.setattr("streamlit.secrets", {"CALC_MEASURE_NOW": "OFF"})
+    allowed, why = measure_now.measure_now_allowed(small_profile, _inputs())
+    assert not allowed and "switched off" in why
+
+
+def test_only_one_measurement_runs_at_a_time(small_profile, monkeypatch):
+    from dashboard import measure_now
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a second measurement started")
+
+    monkeypatch.setattr(measure_now, "measure_training_step", must_not_run)
+    with measure_now._one_at_a_time:  # another session's measurement is running
+        result = measure_now.run_measurement(small_profile, _inputs())
+    assert result.error.startswith("Another measurement is running")
