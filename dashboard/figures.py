@@ -31,7 +31,7 @@ def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, d
     for key, value in [*components.items(), ("framework_overhead", overhead)]:
         fig.add_bar(x=["this step"], y=[value / divisor], name=LABELS[key], marker_color=COLORS[key],
                     hovertemplate=f"{LABELS[key]}: %{{y:.3f}} {unit}<extra></extra>")
-    fig.add_hline(y=capacity / divisor, line_dash="dash", line_color="black",
+    fig.add_hline(y=capacity / divisor, line_dash="dash", line_color="black", annotation_position="top left",
                   annotation_text=f"GPU memory {capacity / divisor:.2f} {unit}")
     fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend_title="Component",
                       margin=dict(t=30, b=30))
@@ -42,9 +42,11 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
     fig = go.Figure()
     fig.add_scatter(x=list(batches), y=[t / divisor for t in totals], mode="lines", name="predicted peak + overhead",
                     hovertemplate=f"batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>")
-    fig.add_hline(y=capacity / divisor, line_dash="dash", line_color="black", annotation_text="GPU memory")
+    fig.add_hline(y=capacity / divisor, line_dash="dash", line_color="black", annotation_text="GPU memory",
+                  annotation_position="top left")
     if usable != capacity:
-        fig.add_hline(y=usable / divisor, line_dash="dot", line_color="gray", annotation_text="with safety margin")
+        fig.add_hline(y=usable / divisor, line_dash="dot", line_color="gray", annotation_text="with safety margin",
+                      annotation_position="bottom right")
     lookup = dict(zip(batches, totals))
     if current in lookup:
         fig.add_scatter(x=[current], y=[lookup[current] / divisor], mode="markers", name=f"batch {current}",
@@ -52,7 +54,11 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
     if best and best in lookup:
         fig.add_scatter(x=[best], y=[lookup[best] / divisor], mode="markers", name=f"largest that fits: {best}",
                         marker=dict(size=12, symbol="diamond", color="#54A24B"))
-    fig.update_layout(xaxis_title="batch size", yaxis_title=unit, height=420, margin=dict(t=30, b=30))
+    # The curve grows to thousands of samples; the part that matters is where it meets
+    # the card, so the y axis ends a little above the card (or the current batch).
+    shown_top = max(1.3 * capacity, 1.1 * lookup.get(current, 0)) / divisor
+    fig.update_layout(xaxis_title="batch size", yaxis_title=unit, height=420, margin=dict(t=30, b=30),
+                      yaxis_range=[0, shown_top], legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"))
     fig.update_xaxes(type="log")
     return fig
 

@@ -46,9 +46,7 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
     fit = fit_on_gpu(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                      safety_margin=inputs.margin / 100, limit=1 << 16)
     top = max(CURVE_MAX, 2 * fit.max_batch, 2 * inputs.batch_size)
-    step = inputs.num_gpus
-    batches = tuple(range(step, top + 1, step)) if top // step <= 8192 else tuple(
-        sorted({*range(step, 8192 * step, step), top // step * step}))
+    batches = curve_batches(top, inputs.num_gpus, (inputs.batch_size, fit.max_batch, fit.max_batch + inputs.num_gpus))
     curve = memory_curve(profile, config, batches)
     return EstimateView(
         breakdown=fit.breakdown,
@@ -62,6 +60,25 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
         curve_bytes=tuple(c + gpu.overhead_bytes for c in curve),
         unknown_layer_types=plan_step(profile, config).unknown_layer_types,
     )
+
+
+def curve_batches(top: int, step: int, marks: tuple[int, ...], *, dense: int = 64, points: int = 320) -> tuple[int, ...]:
+    """Global batches where the curve is evaluated: multiples of ``step`` (GPUs).
+
+    Every batch up to ``dense`` devices' worth, then about ``points`` log-spaced ones up
+    to ``top``, plus the marked batches (current, largest that fits, the next one). The
+    peak is linear in the batch between the few batches where the allocator's chunk
+    rules switch (calc/estimate.py), where it steps by up to ~1-2 %: a few hundred
+    points draw the curve of every batch to within that step on the chart's log axis,
+    and every drawn point is exact.
+    """
+    per_device_top = max(1, top // step)
+    chosen = set(range(1, min(dense, per_device_top) + 1))
+    if per_device_top > dense:
+        ratio = (per_device_top / dense) ** (1 / points)
+        chosen.update(min(per_device_top, round(dense * ratio**i)) for i in range(points + 1))
+    chosen.update(m // step for m in marks if 0 < m and m % step == 0 and m // step <= per_device_top)
+    return tuple(b * step for b in sorted(chosen))
 
 
 @dataclass(frozen=True)
