@@ -4,10 +4,12 @@ import streamlit as st
 from calc.gpus import GPU_PRESETS
 from dashboard import figures, views
 from dashboard.loaders import load_profile, spec_for
+from dashboard.routes import ensure_routed
 from dashboard.state import MODELS
 from dashboard.widgets import sidebar_inputs
 
 MAX_MODELS = 6
+ensure_routed()
 st.title("Compare models and GPUs")
 inputs = sidebar_inputs()
 models = st.multiselect("Models", MODELS, default=[inputs.model, "EfficientNetB0"] if inputs.model != "EfficientNetB0"

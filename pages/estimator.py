@@ -6,8 +6,10 @@ import streamlit as st
 from dashboard import figures, views
 from dashboard.loaders import accuracy_line
 from dashboard.pagekit import inputs_and_profile
+from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 
+ensure_routed()
 st.title("How much GPU memory will this training step take?")
 inputs, profile = inputs_and_profile()
 gpu = gpu_of(inputs)

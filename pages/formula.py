@@ -4,8 +4,10 @@ import streamlit as st
 from calc import classic
 from dashboard import views
 from dashboard.pagekit import inputs_and_profile
+from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 
+ensure_routed()
 st.title("The formula, with your numbers")
 inputs, profile = inputs_and_profile()
 gpu = gpu_of(inputs)

@@ -5,7 +5,9 @@ import streamlit as st
 
 from dashboard import figures, views
 from dashboard.pagekit import inputs_and_profile
+from dashboard.routes import ensure_routed
 
+ensure_routed()
 st.title("Where the memory goes, layer by layer")
 inputs, profile = inputs_and_profile()
 rows = views.layer_rows(profile, inputs)

@@ -5,7 +5,9 @@ from dashboard import figures, views
 from dashboard.loaders import accuracy_line, load_validation
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
+from dashboard.routes import ensure_routed
 
+ensure_routed()
 st.title("How accurate is it? Predicted versus measured")
 inputs, profile = inputs_and_profile()
 st.caption(accuracy_line())

@@ -51,7 +51,8 @@ def server(tmp_path_factory):
     proc.wait(timeout=20)
 
 
-def test_change_batch_size_updates_the_chart(server, tmp_path):
+@pytest.fixture(scope="module")
+def playwright():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -63,11 +64,35 @@ def test_change_batch_size_updates_the_chart(server, tmp_path):
             pytest.fail("chromium is not installed")
         pytest.skip("chromium is not installed")
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
-        )
+        yield p
+
+
+def _browser(p):
+    return p.chromium.launch(
+        executable_path=CHROMIUM,
+        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+              "--disable-sync", "--no-first-run", "--disable-quic"],
+    )
+
+
+def test_a_link_to_a_page_opens_in_the_app_on_a_fresh_server(server, playwright):
+    # Must be the server's first page load: Streamlit starts in its legacy pages/
+    # mode until some session has run app.py's st.navigation.
+    browser = _browser(playwright)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{server}/compare?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
+    page.get_by_text("Compare models and GPUs").wait_for(timeout=180_000)
+    nav = page.locator('[data-testid="stSidebarNav"]')
+    nav.get_by_text("Estimator").wait_for(timeout=30_000)
+    links = nav.inner_text()
+    assert "Compare" in links and "app" not in links.split()
+    assert "/compare" in page.url and "batch_size=16" in page.url
+    browser.close()
+
+
+def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
+    if True:
+        browser = _browser(playwright)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
         page.get_by_text("Largest batch that fits").wait_for(timeout=180_000)

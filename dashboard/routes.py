@@ -1,0 +1,39 @@
+"""The app's pages, and the guard that keeps every visit inside app.py's navigation.
+
+A directory named ``pages/`` beside ``app.py`` puts a fresh Streamlit server in its
+legacy multipage mode until some session has run ``st.navigation``
+(``PagesManager.uses_pages_directory`` in streamlit/runtime/pages_manager.py, cleared
+only by ``st.navigation``). Until then a link straight to ``/compare`` runs
+``pages/compare.py`` alone: no page config, Streamlit's generated menu. Every page
+calls ``ensure_routed()`` first; on such a run it calls ``st.navigation`` (which ends
+the legacy mode for the whole server) and reruns, and the rerun goes through
+``app.py`` to the same page.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+ROUTED_KEY = "_routed_by_app"
+
+
+def app_pages() -> list:
+    return [
+        st.Page("pages/estimator.py", title="Estimator", icon="📊", default=True),
+        st.Page("pages/layers.py", title="Layers", icon="🧱"),
+        st.Page("pages/formula.py", title="Formula", icon="🧑‍🏫"),
+        st.Page("pages/compare.py", title="Compare", icon="⚖️"),
+        st.Page("pages/validation.py", title="Validation", icon="🎯"),
+    ]
+
+
+def mark_routed() -> None:
+    """Called by app.py on every run, before the page runs."""
+    st.session_state[ROUTED_KEY] = True
+
+
+def ensure_routed() -> None:
+    """Reruns through app.py when this page was started by Streamlit's legacy mode."""
+    if not st.session_state.get(ROUTED_KEY):
+        st.navigation(app_pages(), position="hidden")
+        st.rerun()
