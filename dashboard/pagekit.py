@@ -8,6 +8,7 @@ from calc.estimate import plan_step
 from calc.types import ModelProfile
 from dashboard.loaders import load_profile, spec_for
 from dashboard.state import Inputs
+from dashboard import views
 from dashboard.views import config_of
 from dashboard.widgets import sidebar_inputs
 
@@ -58,18 +59,21 @@ def _uploaded_profile() -> ModelProfile:
 
 
 def _summary_profile() -> ModelProfile:
-    """A chain-shaped ledger read from pasted ``model.summary()`` text."""
-    from calc.summary_text import parse_summary
+    """A ledger read from pasted ``model.summary()`` text: wired from "Connected to", else a chain."""
+    from calc.summary_text import parse_shape, read_summary
 
     text = st.session_state.get("summary_text") or ""
     if not text.strip():
-        st.info("Paste the table printed by model.summary() in the sidebar (Keras 2 or 3 layout, a chain of layers). "
-                "The text carries no wiring and no fused activations, so the estimate reads the layers as a chain.")
+        st.info("Paste the table printed by model.summary() in the sidebar (Keras 2 or 3 layout). A functional "
+                "model's table is read with its wiring (the 'Connected to' column); one without it as a chain.")
         st.stop()
     try:
-        profile = parse_summary(text)
+        reading = read_summary(text, activation=st.session_state.get("summary_activation", "relu"),
+                               input_shape=parse_shape(st.session_state.get("summary_input_shape", "")))
     except ValueError as exc:
         st.error(f"Could not read the summary: {exc}")
         st.stop()
-    st.caption(f"Read {len(profile.layers)} layers, {profile.total_params:,} parameters from the pasted summary.")
-    return profile
+    st.caption(views.summary_caption(reading))
+    for note in views.summary_warnings(reading):
+        st.warning(note)
+    return reading.profile

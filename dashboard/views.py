@@ -238,3 +238,24 @@ def compare_curves(profiles: dict[str, ModelProfile], inputs: Inputs) -> dict[st
     config = config_of(inputs)
     batches = list(range(inputs.num_gpus, CURVE_MAX + 1, inputs.num_gpus))
     return {name: (batches, memory_curve(p, config, batches)) for name, p in profiles.items()}
+
+
+def summary_caption(reading) -> str:
+    """How a pasted summary was read (``calc.summary_text.SummaryReading``)."""
+    p = reading.profile
+    wiring = (f"wired from its 'Connected to' column ({reading.connections} connections)" if reading.connected
+              else "read as a chain, each layer feeding the next")
+    return (f"Read {len(p.layers)} layers, {p.total_params:,} parameters from the pasted summary, {wiring}. "
+            "Activations fused into Conv/Dense layers are not in the text and count as linear.")
+
+
+def summary_warnings(reading) -> list[str]:
+    notes = []
+    if reading.ambiguous_connections:
+        notes.append(f"{reading.ambiguous_connections} connections were cut short by the table's width and fit "
+                     "several earlier layers; each was read as the nearest one. For an exact reading print the "
+                     "summary wider: model.summary(line_length=200).")
+    if reading.assumed_activations:
+        notes.append(f"{reading.assumed_activations} Activation rows do not name their function; read as "
+                     f"{reading.assumed_activation} (change it in the sidebar).")
+    return notes

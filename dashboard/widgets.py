@@ -20,6 +20,7 @@ from dashboard.state import (
     parse_query,
 )
 
+SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "sigmoid", "tanh", "hard_silu"]
 MODE_LABELS = {"all": "everything", "frozen_backbone": "frozen backbone + new head", "last_n": "last N layers"}
 
 
@@ -44,7 +45,13 @@ def sidebar_inputs() -> Inputs:
         sb.file_uploader("Model file (.keras or .h5, loaded with Keras safe mode)", type=["keras", "h5"],
                          key="upload_file")
     elif st.session_state["source"] == "summary":
-        sb.text_area("The text printed by model.summary()", height=200, max_chars=1_000_000, key="summary_text")
+        sb.text_area("The text printed by model.summary()", height=200, max_chars=1_000_000, key="summary_text",
+                     help="Keras 2 or 3. Print it wide, model.summary(line_length=200), so no name is cut.")
+        sb.text_input("Input shape, if the table has no InputLayer row (Sequential)", key="summary_input_shape",
+                      placeholder="224, 224, 3", max_chars=40)
+        sb.selectbox("Activation rows whose name gives no function compute", SUMMARY_ACTIVATIONS,
+                     key="summary_activation", help="conv1_relu says relu; activation_3 says nothing. "
+                     "EfficientNet and ConvNeXt-style models use silu or gelu.")
     else:
         sb.selectbox("Model (Keras application)", MODELS, key="model")
         entry = lookup(st.session_state["model"])

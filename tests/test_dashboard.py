@@ -199,3 +199,38 @@ def test_pasted_summary(tmp_path):
     assert metric(at, "Largest batch")
     at.text_area(key="summary_text").input("not a summary").run()
     assert at.error and "No layer rows" in at.error[0].value
+
+
+def test_pasted_functional_summary_is_wired_and_its_activation_choice_counts():
+    from calc.summary_text import read_summary
+    from tests.test_summary_text import KERAS3_FUNCTIONAL
+
+    text = KERAS3_FUNCTIONAL.replace("(None, 8, 8,", "(None, 64, 64,")  # maps big enough to matter
+    at = app({"source": "summary", "batch_size": "8", "gpu": "t4"})
+    at.text_area(key="summary_text").input(text).run()
+    assert not at.exception and not at.error
+    assert any("Connected to' column (7 connections)" in c.value for c in at.caption)
+    assert any("1 Activation rows" in w.value and "relu" in w.value for w in at.warning)
+    shown = []
+    for activation in ("relu", "gelu"):
+        at.selectbox(key="summary_activation").set_value(activation).run()
+        profile = read_summary(text, activation=activation).profile
+        gpu = GPU_PRESETS["t4"]
+        best = max_batch_size(profile, TrainingConfig(batch_size=8), gpu.memory_bytes,
+                              overhead_bytes=gpu.overhead_bytes, safety_margin=0.05, limit=1 << 16)
+        assert metric(at, "Largest batch") == f"{best:,}"
+        shown.append(best)
+    assert shown[0] > shown[1]  # gelu keeps its input, relu only its output
+
+
+def test_pasted_sequential_summary_asks_for_the_input_shape():
+    from tests.test_summary_text import KERAS2
+
+    text = "\n".join(l for l in KERAS2.splitlines() if "InputLayer" not in l)  # as Keras prints a Sequential
+    at = app({"source": "summary", "batch_size": "8"})
+    at.text_area(key="summary_text").input(text).run()
+    assert at.error and "no InputLayer row" in at.error[0].value
+    at.text_input(key="summary_input_shape").input("32, 32, three").run()
+    assert at.error and "positive integers" in at.error[0].value
+    at.text_input(key="summary_input_shape").input("32, 32, 3").run()
+    assert not at.error and not at.exception and metric(at, "Largest batch")
