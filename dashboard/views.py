@@ -226,7 +226,9 @@ def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inpu
     config = config_of(inputs)
     rows = []
     for name, profile in profiles.items():
-        row: dict[str, object] = {"model": name, f"peak at batch {inputs.batch_size}": estimate_memory(profile, config).peak_bytes}
+        peak = estimate_memory(profile, config).peak_bytes
+        row: dict[str, object] = {"model": name,
+                                  f"peak at batch {inputs.batch_size} ({inputs.unit})": round(peak / unit_divisor(inputs), 3)}
         for gpu in gpus:
             row[gpu.name] = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                                            safety_margin=inputs.margin / 100, limit=1 << 16)
@@ -236,7 +238,7 @@ def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inpu
 
 def compare_curves(profiles: dict[str, ModelProfile], inputs: Inputs) -> dict[str, tuple[list[int], list[int]]]:
     config = config_of(inputs)
-    batches = list(range(inputs.num_gpus, CURVE_MAX + 1, inputs.num_gpus))
+    batches = list(curve_batches(CURVE_MAX, inputs.num_gpus, ()))
     return {name: (batches, memory_curve(p, config, batches)) for name, p in profiles.items()}
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from calc.catalogue import make_spec
-from calc.estimate import max_batch_size, memory_curve
+from calc.estimate import estimate_memory, max_batch_size, memory_curve
 from calc.gpus import GPU_PRESETS
 from calc.profiles import get_profile
 from calc.types import TrainingConfig
@@ -234,3 +234,19 @@ def test_pasted_sequential_summary_asks_for_the_input_shape():
     assert at.error and "positive integers" in at.error[0].value
     at.text_input(key="summary_input_shape").input("32, 32, 3").run()
     assert not at.error and not at.exception and metric(at, "Largest batch")
+
+
+def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
+    at = app(page="pages/compare.py")
+    at.multiselect(key="compare_models").set_value(["MobileNetV2", "ResNet50"]).run()
+    at.multiselect(key="compare_gpus").set_value(["t4", "a100-80"]).run()
+    table = at.dataframe[0].value
+    config = TrainingConfig(batch_size=16, optimizer="adam")
+    for _, row in table.iterrows():
+        profile = get_profile(make_spec(row["model"], 96))
+        peak = estimate_memory(profile, config).peak_bytes
+        assert row["peak at batch 16 (GiB)"] == round(peak / 1024**3, 3)
+        for key in ("t4", "a100-80"):
+            gpu = GPU_PRESETS[key]
+            assert row[gpu.name] == max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
+                                                   safety_margin=0.05, limit=1 << 16)
