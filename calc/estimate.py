@@ -430,13 +430,17 @@ def _prune(moments: list[Moment]) -> tuple[Moment, ...]:
     return tuple(m for m, k in zip(moments, keep) if k)
 
 
-@lru_cache(maxsize=256)
 def plan_step(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
     """Walks one training step for a profile and a config (the batch size is ignored).
 
     Cached: moving the batch size reuses the plan.
     """
-    return _simulate(profile, _without_batch(config))[1]
+    return _plan(profile, _without_batch(config))
+
+
+@lru_cache(maxsize=256)
+def _plan(profile: ModelProfile, config: TrainingConfig) -> StepPlan:
+    return _simulate(profile, config)[1]  # keyed without the batch, so every batch size hits
 
 
 def step_timeline(profile: ModelProfile, config: TrainingConfig) -> list[tuple[str, int]]:

@@ -216,3 +216,17 @@ def test_fit_on_gpu_agrees_with_its_parts():
     assert fit.needed_bytes == peak + 2**20 and fit.usable_bytes == int(64 * 2**20 * 0.9)
     assert fit.fits == (peak + 2**20 <= int(64 * 2**20 * 0.9))
     assert fit.max_batch == max_batch_size(PROFILE, config, 64 * 2**20, overhead_bytes=2**20, safety_margin=0.1)
+
+
+def test_one_walk_of_the_step_serves_every_batch_size(monkeypatch):
+    from calc import estimate
+
+    walks = []
+    real = estimate._simulate
+    monkeypatch.setattr(estimate, "_simulate", lambda p, c: walks.append(c.batch_size) or real(p, c))
+    estimate._plan.cache_clear()
+    profile = chain_profile()
+    for batch in (1, 7, 64, 1000):
+        estimate.estimate_memory(profile, TrainingConfig(batch_size=batch, optimizer="sgd"))
+        estimate.max_batch_size(profile, TrainingConfig(batch_size=batch, optimizer="sgd"), 2**33)
+    assert len(walks) == 1
