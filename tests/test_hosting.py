@@ -104,6 +104,7 @@ def test_server_config_is_safe_for_a_shared_host():
 
     assert server["maxUploadSize"] == MAX_UPLOAD_BYTES // 2**20  # the widget refuses what calc would
     assert config["browser"]["gatherUsageStats"] is False
+    assert config["runner"]["postScriptGC"] is False  # a full collection per rerun: most of a busy server's CPU
     assert config["client"]["showErrorDetails"] == "none" and config["client"]["toolbarMode"] == "viewer"
 
 
