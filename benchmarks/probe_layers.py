@@ -19,6 +19,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from probe_child import PREAMBLE  # noqa: E402  (beside this script)
 
 KINDS = {
     "conv": "L.Conv2D(16, 3, padding='same')",
@@ -40,23 +41,16 @@ KINDS = {
     "avgpool": "L.AveragePooling2D(3, strides=1, padding='same')",
     "gconv": "L.Conv2D(16, 7, padding='same', groups=16)",
     "dense4x": "[L.Dense(64), L.Dense(16)]",
+    "sep": "L.SeparableConv2D(16, 3, padding='same')",
+    "sepblock": "[L.Activation('relu'), L.SeparableConv2D(16, 3, padding='same', use_bias=False), L.BatchNormalization()]",
     "residual": "'residual'",
+    "tworelu": "'tworelu'",
+    "onerelu": "'onerelu'",
     "concat": "'concat'",
     "se": "'se'",
 }
 
-CHILD = r'''
-import json, os, sys
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-import tensorflow as tf
-tf.config.threading.set_inter_op_parallelism_threads(1)
-tf.config.threading.set_intra_op_parallelism_threads(1)
-import keras, numpy as np
-from keras import layers as L
-sys.path.insert(0, ROOT)
-from calc.keras_adapter import profile_model
-from calc.estimate import estimate_memory
-from calc.types import TrainingConfig
+CHILD = PREAMBLE + r'''
 kind, k, batch, precision = KIND, K, BATCH, PRECISION
 keras.config.set_dtype_policy(precision)
 inp = keras.Input((32, 32, 16))
@@ -65,6 +59,10 @@ for _ in range(k):
     spec = SPEC
     if spec == "residual":
         y = L.Conv2D(16, 3, padding="same")(x); y = L.Activation("relu")(y); x = L.Add()([x, y])
+    elif spec in ("tworelu", "onerelu"):
+        # Two Activation layers on one input (NASNet's cells) against one shared layer.
+        a = L.Activation("relu")(x); b = L.Activation("relu")(x) if spec == "tworelu" else a
+        x = L.Add()([L.Conv2D(16, 3, padding="same")(a), L.Conv2D(16, 3, padding="same")(b)])
     elif spec == "concat":
         y = L.Conv2D(8, 1)(x); x = L.Concatenate()([x, y]); x = L.Conv2D(16, 1)(x)
     elif spec == "se":

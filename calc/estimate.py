@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from calc.optimizers import slots_per_variable, update_scratch
-from calc.rules import NOTHING, rule_for
+from calc.optimizers import early_temporaries, slots_per_variable, update_scratch
+from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
     MemoryBreakdown,
     ModelProfile,
@@ -35,6 +35,8 @@ COMPONENTS = (
     "other",
 )
 W, G, OPT, ACT, TRANS, INPUT, OTHER = range(len(COMPONENTS))
+# "other" holds the optimizer's update temporaries that exist before their gradient
+# (calc.optimizers.EARLY_TEMPORARIES); "optimizer_state" is the slots alone.
 
 FLOAT32 = 4
 LABEL_BYTES = 8  # numpy integer labels arrive as int64
@@ -156,6 +158,18 @@ def _tensors(multiple: float, size: int) -> list[int]:
 _ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
 
 
+# TensorFlow merges identical stateless ops that read the same tensors before it runs a
+# function (common-subexpression elimination: tensorflow/core/graph/optimizer_cse.cc,
+# on by default, and Grappler's arithmetic optimizer dedup), so two parameter-free
+# layers of one type and configuration on one input compute one output (NASNet's cells
+# apply Activation("relu") to the same tensor up to five times). Measured
+# (benchmarks/probe_layers.py tworelu / onerelu --batch 64): two relu layers on one
+# input cost no more than one shared layer (36 vs 40 MiB at 6 blocks). Only types
+# whose whole configuration the ledger shows (activation, pool size and strides,
+# output shape) are merged; each merged layer's gradient still runs.
+_MERGEABLE = {"Activation", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D", "Add", "Concatenate"}
+
+
 def _writes_in_place(layer, inference, precision, alias, producer, last_forward_use, keepers, nbytes,
                      outputs, i) -> bool:
     if len(layer.input_ids) != 1 or len(layer.output_ids) != 1:
@@ -170,6 +184,61 @@ def _writes_in_place(layer, inference, precision, alias, producer, last_forward_
         return False  # it works on a float32 copy, then casts back
     return (last_forward_use[source] == i and keepers[source] == 0 and source not in outputs
             and nbytes[source] == nbytes[target])
+
+
+# Keras 3 runs a grouped Conv2D (groups > 1) on TensorFlow through
+# ``tf.function(jit_compile=True)`` ("grouped convolutions are broken on CPU without
+# XLA", keras/src/backend/tensorflow/nn.py conv). When every group has one input
+# channel (a depthwise conv written as Conv2D(C, k, groups=C), as in ConvNeXt), XLA's
+# filter gradient on the CPU expands to a dense k x k x C_in x C_out filter:
+# measured (benchmarks/probe_grouped_conv.py), a 7x7 Conv2D with groups = channels
+# added 2.0-2.6 dense float32 filters to the step (C = 128-512), independent of the
+# batch and spatial size; 2 channels per group added nothing, nor does
+# DepthwiseConv2D (not compiled). ConvNeXtTiny at 224 px, SGD, batch 4 and 12:
+# measured 1090 / 2592 MiB, i.e. 339 MiB batch-independent of which 107 resident,
+# leaving ~2.1 of its largest dense filter (110 MiB). Modelled as two dense filters
+# (the low end) while that layer's gradient runs.
+XLA_DEPTHWISE_FILTER_GRAD = 2.0
+
+
+def _grouped_depthwise_scratch(layer, profile: ModelProfile, compute_bytes: int) -> int:
+    """Bytes of XLA's dense filter gradient for a Conv2D with one input channel per group.
+
+    The convolution and its gradient run in the compute dtype (16-bit under mixed precision).
+    """
+    if layer.layer_type != "Conv2D" or not layer.trainable_weight_elements or len(layer.input_ids) != 1:
+        return 0
+    kernel_size = _detail_ints(layer.detail, "kernel_size")
+    strides = _detail_ints(layer.detail, "strides") or (1,)
+    if not kernel_size or not layer.output_shapes or len(layer.output_shapes[0]) < 2:
+        return 0
+    k = 1
+    for v in kernel_size:
+        k *= v
+    c_out = layer.output_shapes[0][-1]
+    per_group_in = layer.trainable_weight_elements[0] // max(1, k * c_out)
+    spatial_out = 1
+    for v in layer.output_shapes[0][:-1]:
+        spatial_out *= v
+    stride = 1
+    for v in strides:
+        stride *= v
+    c_in = profile.tensor_elements[layer.input_ids[0]] // max(1, spatial_out * stride)
+    if per_group_in != 1 or c_in <= 1 or k * c_out != layer.trainable_weight_elements[0]:
+        return 0
+    return int(XLA_DEPTHWISE_FILTER_GRAD * compute_bytes * k * c_in * c_out)
+
+
+def _detail_ints(detail: str, key: str) -> tuple[int, ...]:
+    """``kernel_size=(7, 7)`` in a ledger row's detail -> (7, 7); () when absent."""
+    for part in detail.split(") "):
+        if part.startswith(key + "="):
+            digits = part[len(key) + 1:].strip("()[] ")
+            try:
+                return tuple(int(v) for v in digits.replace(" ", "").split(",") if v)
+            except ValueError:
+                return ()
+    return ()
 
 
 def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[list[bool], list[bool]]:
@@ -202,15 +271,26 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     nbytes = [0] * n_tensors
     for t in profile.input_ids:
         nbytes[t] = FLOAT32 * profile.tensor_elements[t]
+    merged = [False] * len(layers)
+    first_of: dict[tuple, int] = {}
     for i, layer in enumerate(layers):
         rule, _, _ = rule_for(layer.layer_type, layer.activation)
         out_bytes = FLOAT32 if layer.float32_compute else cb
+        twin = -1
+        if layer.layer_type in _MERGEABLE and not layer.params and layer.output_ids:
+            key = (layer.layer_type, layer.activation, tuple(alias[t] for t in layer.input_ids),
+                   layer.detail, layer.output_shapes, layer.float32_compute)
+            twin = first_of.setdefault(key, i)
         for t in layer.output_ids:
             producer[t] = i
             if rule.aliases_input and layer.input_ids:
                 alias[t] = alias[layer.input_ids[0]]
             else:
                 nbytes[t] = out_bytes * profile.tensor_elements[t]
+        if twin not in (-1, i):
+            merged[i] = True
+            for t, u in zip(layer.output_ids, layers[twin].output_ids):
+                alias[t] = alias[u]
 
     # Which tensors carry a gradient: those downstream of a trained weight.
     requires_grad = [False] * n_tensors
@@ -226,7 +306,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     kept_ids: list[list[int]] = [[] for _ in layers]
     private: list[list[int]] = [[] for _ in layers]
     private_fixed = [0] * len(layers)
-    unknown: set[str] = set(profile.unknown_layer_types)
+    # A cached profile lists the types unknown when it was built; some may have a rule now.
+    unknown: set[str] = {t for t in profile.unknown_layer_types if not is_known_layer_type(t)}
     for i, layer in enumerate(layers):
         if not backward[i]:
             continue
@@ -249,8 +330,6 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
                     private[i].append(cb * elems)
                 else:
                     keep.append(alias[t])
-            if rule.copies_input_above_rank2 and len(layer.output_shapes[0]) > 1:
-                private[i].extend(cb * profile.tensor_elements[t] for t in layer.input_ids)
         if rule.keeps_output:
             keep.extend(alias[t] for t in layer.output_ids)
         for e in out_elems:
@@ -265,6 +344,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         if precision.is_mixed and rule.input_for_weights_only and need_input:
             # dX = dY * W^T reads the 16-bit copy of the kernel made for the forward pass.
             private_fixed[i] += sum(counted_bytes(cb * e) for e in layer.trainable_weight_elements)
+        if merged[i]:
+            private[i], private_fixed[i] = [], 0  # its twin's forward made them
         for t in set(keep):
             if producer[t] != -1:  # model inputs are live all step anyway
                 keepers[t] += 1
@@ -273,6 +354,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     keepers_at_start = list(keepers)
     last_forward_use = [-1] * n_tensors
     for i, layer in enumerate(layers):
+        if merged[i]:
+            continue  # merged into its twin: it does not run
         for t in layer.input_ids:
             last_forward_use[alias[t]] = i
     outputs = {alias[t] for t in profile.output_ids}
@@ -285,6 +368,21 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     ledger.fixed[W] = sum(counted_bytes(FLOAT32 * e) for e in all_weights)
     slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
     ledger.fixed[OPT] = slots * sum(counted_bytes(FLOAT32 * e) for e in trainable_elements)
+    # With gradient accumulation Keras wraps the whole update in one ops.cond, which
+    # waits for every gradient.
+    # So does mixed_float16: Keras' LossScaleOptimizer checks every gradient is finite
+    # and applies them inside one ops.cond.
+    waits_for_all = config.gradient_accumulation_steps > 1 or precision is Precision.MIXED_FLOAT16
+    # Update temporaries computed from the slots alone run at the start of the step and
+    # live until their variable's update (calc.optimizers.EARLY_TEMPORARIES). Inside the
+    # ops.cond of waits_for_all they depend on the branch and run only at the update.
+    early = 0 if waits_for_all else early_temporaries(config.optimizer, config.optimizer_options,
+                                                      precision.is_mixed)
+    early_bytes = [
+        early * sum(counted_bytes(FLOAT32 * e) for e in l.trainable_weight_elements) if has_weights[i] else 0
+        for i, l in enumerate(layers)
+    ]
+    ledger.fixed[OTHER] += sum(early_bytes)
     for t in profile.input_ids:
         ledger.add(INPUT, nbytes[t])
     ledger.add(INPUT, LABEL_BYTES * profile.label_elements)
@@ -324,13 +422,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
             ledger.remove(ACT, nbytes[t])
             live[t] = False
 
-    pending_updates: list[tuple[int, int]] = []
+    pending_updates: list[tuple[int, int, int]] = []  # (gradient bytes, largest variable, early temporaries)
     per_update = update_scratch(config.optimizer, config.optimizer_options)
-    # With gradient accumulation Keras wraps the whole update in one ops.cond, which
-    # waits for every gradient.
-    # So does mixed_float16: Keras' LossScaleOptimizer checks every gradient is finite
-    # and applies them inside one ops.cond.
-    waits_for_all = config.gradient_accumulation_steps > 1 or precision is Precision.MIXED_FLOAT16
     lag = len(layers) if waits_for_all else GRADIENT_LAG
 
     def largest_of(layer):
@@ -359,12 +452,15 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         if has_weights[i]:
             grad_bytes = sum(counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements)
             ledger.fixed[G] += grad_bytes
-            pending_updates.append((grad_bytes, largest_of(layer)))
+            pending_updates.append((grad_bytes, largest_of(layer), early_bytes[i]))
         scratch_now = 0
         while len(pending_updates) > lag:
-            grad_bytes, biggest = pending_updates.pop(0)
+            grad_bytes, biggest, early_now = pending_updates.pop(0)
             ledger.fixed[G] -= grad_bytes
+            ledger.fixed[OTHER] -= early_now  # consumed by the update (its scratch counts them)
             scratch_now = max(scratch_now, per_update * biggest)
+        if has_weights[i]:
+            scratch_now += _grouped_depthwise_scratch(layer, profile, FLOAT32 if layer.float32_compute else cb)
         ledger.snapshot(f"backward {layer.name}", extra_fixed=scratch_now, extra_per_sample=tuple(extra))
         for t in {alias[x] for x in layer.output_ids}:
             if grad_live[t]:
@@ -379,8 +475,9 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
             ledger.remove(ACT, size)
         ledger.fixed[ACT] -= private_fixed[i]
 
-    largest = max((b for _, b in pending_updates), default=0)
-    scratch_fixed = per_update * largest
+    largest = max((b for _, b, _ in pending_updates), default=0)
+    # The early temporaries of the variables still pending are in the ledger already.
+    scratch_fixed = max(0, per_update - early) * largest
     ledger.snapshot("optimizer update", extra_fixed=scratch_fixed)
     kept = [sum(private[i]) for i in range(len(layers))]
     for t in range(n_tensors):

@@ -53,6 +53,69 @@ def update_scratch(optimizer: Optimizer, options: OptimizerOptions) -> int:
     return UPDATE_SCRATCH[optimizer]
 
 
+# Variable-sized temporaries per trainable variable that an optimizer's update computes
+# from its slots alone, before the gradient exists. In the traced step a read of a slot
+# that no earlier op writes depends on nothing (automatic control dependencies order
+# it only before the slot's own assign), so the executor runs such products at the
+# start of the step and each stays alive until its variable's update consumes it:
+# through the whole forward pass and the backward pass up to that update. From each
+# optimizer's ``update_step`` (keras/src/optimizers/*.py, Keras 3.15):
+#   SGD momentum: m * momentum; RMSprop: rho * velocity (+ momentum * m,
+#   + rho * average_grad when centered); Adadelta: rho * accumulated_grad,
+#   sqrt(accumulated_delta_var + eps), rho * accumulated_delta_var; Ftrl:
+#   2 * l2_shrinkage * variable, accum ** -lr_power; Adamax: beta_2 * u; Lion:
+#   m * beta_1, m * beta_2; use_ema: momentum * average. Adam, Nadam, Adagrad,
+#   Lamb and Adafactor only read their slots after the gradient. AdamW's decoupled
+#   weight decay (keras/src/backend/tensorflow/optimizer.py _apply_weight_decay:
+#   variable.assign_sub(variable * wd * lr)) writes every variable while the forward
+#   pass still holds its value for the backward pass; TensorFlow's resource-variable
+#   update copies a buffer that another tensor still references
+#   (resource_variable_ops.cc, PrepareToUpdateVariable), so a second copy of each
+#   variable lives until its layer's backward: measured as one more buffer per
+#   variable (Dense chain: 1.0 kernel per layer; ResNet50 128 px b8: adamw's step
+#   +97 MiB over sgd's, params 98 MiB). Under mixed precision the layers hold a 16-bit
+#   cast instead, the buffer is unshared and updated in place: no copy (ResNet50
+#   mixed_bfloat16 adamw is within 1 % without it, +16 % with it).
+# Measured (benchmarks/probe_gradients.py, a chain of N 4 MiB Dense kernels, batch 8):
+# the step's increment grows by 1.0 kernel per layer for SGD momentum and RMSprop,
+# 1.9 for Ftrl, 3.1 for Adadelta, 2.2 for Lion, 2.0 for RMSprop momentum, 1.0 for
+# AdamW, 0.67 for Adamax and for Adam with use_ema, 0 for SGD, Adam, Nadam, Adagrad,
+# Lamb and Adafactor. On ResNet50 (128 px, batch 8) the step's increment over SGD's was
+# 0.93x the parameters for SGD momentum, 0.98x for RMSprop: alive at the peak.
+EARLY_TEMPORARIES: dict[Optimizer, int] = {
+    Optimizer.SGD: 0,  # 1 with momentum (see early_temporaries)
+    Optimizer.ADAM: 0,
+    Optimizer.ADAMW: 1,  # measured; the decoupled weight decay, see above
+    Optimizer.NADAM: 0,
+    Optimizer.ADAMAX: 1,
+    Optimizer.RMSPROP: 1,
+    Optimizer.ADAGRAD: 0,
+    Optimizer.ADADELTA: 3,
+    Optimizer.FTRL: 2,
+    Optimizer.LION: 2,
+    Optimizer.LAMB: 0,
+    Optimizer.ADAFACTOR: 0,
+}
+
+
+def early_temporaries(optimizer: Optimizer, options: OptimizerOptions, mixed_precision: bool = False) -> int:
+    """Variable-sized update temporaries per trainable variable computed before the gradient.
+
+    ``mixed_precision``: layers read a 16-bit cast of each variable, so AdamW's weight
+    decay finds the variable's buffer unshared and updates it in place (no copy).
+    """
+    n = EARLY_TEMPORARIES[optimizer]
+    if optimizer is Optimizer.ADAMW and mixed_precision:
+        n -= 1
+    if optimizer is Optimizer.SGD and options.momentum:
+        n += 1
+    if optimizer is Optimizer.RMSPROP:
+        n += int(options.momentum) + int(options.centered)
+    if options.use_ema:
+        n += 1
+    return n
+
+
 # Every optimizer also keeps scalars (iterations, learning rate): far below the
 # allocator's 256 KiB tracking threshold, so they never show in the peak.
 def slots_per_variable(optimizer: Optimizer, options: OptimizerOptions, accumulation_steps: int) -> int:

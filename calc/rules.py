@@ -30,9 +30,6 @@ class BackwardRule:
         aliases_input: the output is a view of the input (Reshape, Flatten): no memory.
         forward_scratch: temporaries of the output's size live while the layer runs.
         backward_scratch: temporaries of the input's size live while its gradient runs.
-        copies_input_above_rank2: on an input of rank > 2 the layer keeps a second,
-            reshaped copy of it (Keras' Dense via tf.tensordot: measured, a Dense pair
-            on 4-D maps kept 9.5 maps instead of 5; benchmarks/probe_layers.py dense4x).
         upcasts: the layer casts a 16-bit input to float32 first and works on that
             copy (Keras 3 BatchNormalization), so under mixed precision what it keeps
             and its scratch are float32.
@@ -47,7 +44,6 @@ class BackwardRule:
     forward_scratch: float = 0.0
     backward_scratch: float = 0.0
     upcasts: bool = False
-    copies_input_above_rank2: bool = False
 
 
 NOTHING = BackwardRule()
@@ -99,7 +95,14 @@ LAYER_RULES: dict[str, BackwardRule] = {
     "Conv3D": CONV,
     "Conv2DTranspose": CONV,
     "DepthwiseConv2D": CONV,
-    "Dense": BackwardRule(keeps_input=True, input_for_weights_only=True, copies_input_above_rank2=True),
+    # On a rank-4 input (ConvNeXt's pointwise layers, via tf.tensordot) Keras' Dense
+    # keeps no second copy of its input: re-measured, a Dense(64)+Dense(16) pair on 4-D
+    # maps kept 5.75 maps per pair (its outputs are 5; benchmarks/probe_layers.py
+    # dense4x --batch 64: 48 / 140 MiB at 2 / 6 pairs), and ConvNeXtTiny's per-sample
+    # slope (224 px, SGD, batch 4 -> 12: 188 MiB per sample) matches the rules without
+    # a copy (193) and not with one (237). An earlier copy rule stood in for the
+    # batch-independent XLA filter gradient of its grouped convs (calc.estimate).
+    "Dense": LINEAR,
     "EinsumDense": LINEAR,
     # Depthwise then pointwise: keeps its input and the depthwise output.
     # The depthwise output exists between the two convolutions, kept or not.
@@ -150,6 +153,12 @@ LAYER_RULES: dict[str, BackwardRule] = {
     # ConvNeXt's LayerScale multiplies by a per-channel variable: dGamma reads x.
     "LayerScale": KEEPS_INPUT,
     "StochasticDepth": NOTHING,
+    # InceptionResNetV2's residual scaling (keras/src/applications/inception_resnet_v2.py
+    # CustomScaleLayer.call: inputs[0] + inputs[1] * scale, scale a Python float): both
+    # gradients are dY times a constant, so nothing is kept. Measured: InceptionResNetV2
+    # 160 px b8 SGD peaked at 615 MiB; counted as unknown (keeping inputs and output)
+    # the estimate was 748 MiB.
+    "CustomScaleLayer": NOTHING,
 }
 
 

@@ -218,6 +218,94 @@ def test_fit_on_gpu_agrees_with_its_parts():
     assert fit.max_batch == max_batch_size(PROFILE, config, 64 * 2**20, overhead_bytes=2**20, safety_margin=0.1)
 
 
+# --- update temporaries made before the gradient, grouped-conv XLA scratch, merged twins ---
+
+from calc.optimizers import early_temporaries  # noqa: E402
+from calc.types import LayerStats, ModelProfile  # noqa: E402
+
+
+def test_early_temporaries_follow_each_update_step():
+    none = OptimizerOptions()
+    assert early_temporaries(Optimizer.SGD, none) == 0
+    assert early_temporaries(Optimizer.SGD, OptimizerOptions(momentum=True)) == 1
+    assert early_temporaries(Optimizer.ADAM, none) == 0
+    assert early_temporaries(Optimizer.ADAM, OptimizerOptions(use_ema=True)) == 1
+    assert early_temporaries(Optimizer.RMSPROP, OptimizerOptions(momentum=True, centered=True)) == 3
+    assert early_temporaries(Optimizer.ADADELTA, none) == 3
+    assert early_temporaries(Optimizer.FTRL, none) == 2
+    assert early_temporaries(Optimizer.LION, none) == 2
+    assert early_temporaries(Optimizer.ADAMW, none) == 1
+    assert early_temporaries(Optimizer.ADAMW, none, mixed_precision=True) == 0
+
+
+def test_early_temporaries_are_alive_through_the_forward_pass():
+    # SGD with momentum computes m * momentum for every variable at the step's start.
+    big = chain_profile(sizes=(4096,) * 3, types=("Dense",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
+    plain = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd"))
+    momentum = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", optimizer_options=OptimizerOptions(momentum=True)))
+    per_kernel = expected_counted(4 << 20)
+    assert momentum.optimizer_state_bytes == 3 * per_kernel + expected_counted(4 * 40960)
+    assert momentum.other_bytes >= 2 * per_kernel  # temporaries of the kernels not yet updated
+    assert momentum.peak_bytes > plain.peak_bytes + momentum.optimizer_state_bytes
+    # Inside LossScaleOptimizer's cond (mixed_float16) they run only at the update.
+    f16 = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", precision="mixed_float16",
+                                              optimizer_options=OptimizerOptions(momentum=True)))
+    assert f16.other_bytes == 0
+
+
+def _grouped_conv_profile(groups_of_one: bool) -> ModelProfile:
+    c, hw, k = 512, 36, 49
+    kernel = k * c if groups_of_one else k * 2 * c
+    conv = LayerStats(name="dw", layer_type="Conv2D", input_ids=(0,), output_ids=(1,), output_shapes=((6, 6, c),),
+                      trainable_weight_elements=(kernel, c), detail="kernel_size=(7, 7) strides=(1, 1)")
+    head = LayerStats(name="head", layer_type="Dense", input_ids=(1,), output_ids=(2,), output_shapes=((10,),),
+                      trainable_weight_elements=(hw * c * 10, 10), activation="softmax")
+    return ModelProfile(name="g", input_shape=(6, 6, c), layers=(conv, head), tensor_elements=(hw * c, hw * c, 10),
+                        input_ids=(0,), output_ids=(2,))
+
+
+def test_depthwise_as_grouped_conv_adds_xla_dense_filter_gradient():
+    # Keras compiles grouped convs with XLA; with one channel per group the filter
+    # gradient expands to a dense 7x7xCxC filter (benchmarks/probe_grouped_conv.py).
+    config = TrainingConfig(batch_size=1, optimizer="sgd")
+    depthwise = estimate_memory(_grouped_conv_profile(True), config)
+    dense_filter = 4 * 49 * 512 * 512
+    assert depthwise.backward_transient_bytes >= 2 * dense_filter
+    bf16 = estimate_memory(_grouped_conv_profile(True), TrainingConfig(batch_size=1, optimizer="sgd", precision="mixed_bfloat16"))
+    assert dense_filter <= bf16.backward_transient_bytes < 2 * dense_filter
+    two_per_group = estimate_memory(_grouped_conv_profile(False), config)
+    assert two_per_group.backward_transient_bytes < dense_filter
+
+
+def _twin_relu_profile(twins: bool) -> ModelProfile:
+    """relu_b reads relu_a's input (twins) or relu_a's output (chained)."""
+    n = 1 << 16
+    layers = [
+        LayerStats(name="conv", layer_type="Conv2D", input_ids=(0,), output_ids=(1,), output_shapes=((16, 16, 256),),
+                   trainable_weight_elements=(9 * 256 * 256, 256), detail="kernel_size=(3, 3) strides=(1, 1)"),
+        LayerStats(name="relu_a", layer_type="Activation", input_ids=(1,), output_ids=(2,),
+                   output_shapes=((16, 16, 256),), activation="relu"),
+        LayerStats(name="relu_b", layer_type="Activation", input_ids=(1,) if twins else (2,), output_ids=(3,),
+                   output_shapes=((16, 16, 256),), activation="relu"),
+        LayerStats(name="add", layer_type="Add", input_ids=(2, 3), output_ids=(4,), output_shapes=((16, 16, 256),)),
+        LayerStats(name="head", layer_type="Dense", input_ids=(4,), output_ids=(5,), output_shapes=((10,),),
+                   trainable_weight_elements=(n * 10, 10), activation="softmax"),
+    ]
+    return ModelProfile(name="twins", input_shape=(16, 16, 256), layers=tuple(layers),
+                        tensor_elements=(n, n, n, n, n, 10), input_ids=(0,), output_ids=(5,))
+
+
+def test_identical_parameter_free_layers_on_one_input_are_merged():
+    # TensorFlow's common-subexpression elimination runs one Relu for both layers.
+    from calc.estimate import plan_step
+
+    config = TrainingConfig(batch_size=16, optimizer="sgd")
+    twins = plan_step(_twin_relu_profile(True), config).kept_per_sample
+    chained = plan_step(_twin_relu_profile(False), config).kept_per_sample
+    assert sum(twins) < sum(chained)
+    assert twins[1] == 4 * (1 << 16) and twins[2] == 0  # relu_b's output is relu_a's
+
+
 def test_one_walk_of_the_step_serves_every_batch_size(monkeypatch):
     from calc import estimate
 

@@ -1,0 +1,77 @@
+"""How many gradients (and update temporaries) are alive at once in a training step.
+
+    python benchmarks/probe_gradients.py [--layers 4,8,16] [--opts sgd,adam,adadelta] [--width 1024]
+                                         [--batch 8] [--act relu] [--spatial 4]
+
+A chain of N Dense(width, no bias) layers (each kernel width^2 float32; 4 MiB at
+1024) with a tiny head, batch 8 so that activations stay under the allocator's
+256 KiB tracking threshold. The MEMORY_FACTS.md protocol (1x1 threads, warm-up step,
+reset, one step). Prints the step's increment over what was resident, in kernels.
+If gradients were applied as soon as they exist, the increment would not grow with
+N; if every gradient waits for the whole backward pass, it grows by one kernel per
+layer (plus the update's temporaries, if they too run for every variable at once).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CHILD = r"""
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)
+import keras, numpy as np
+from keras import layers as L
+name, n, width, batch, act = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+spatial = int(sys.argv[6])
+classes = {"sgd": "SGD", "sgdm": "SGD", "adam": "Adam", "adamw": "AdamW", "nadam": "Nadam", "adamax": "Adamax",
+           "rmsprop": "RMSprop", "adagrad": "Adagrad", "adadelta": "Adadelta", "ftrl": "Ftrl",
+           "lion": "Lion", "lamb": "Lamb", "adafactor": "Adafactor"}
+kwargs = {"momentum": 0.9} if name in ("sgdm", "rmspropm") else {}
+if name.endswith("_ema"):
+    name, kwargs = name[:-4], {"use_ema": True}
+if name == "rmspropc":
+    kwargs = {"centered": True}
+opt = getattr(keras.optimizers, classes[name.rstrip("mc") if name.startswith("rmsprop") else name])(**kwargs)
+inp = keras.Input((spatial, spatial, width) if spatial else (width,))
+x = inp
+for _ in range(n):
+    x = L.Dense(width, use_bias=False, activation=None if act == "linear" else act)(x)
+if spatial:
+    x = L.GlobalAveragePooling2D()(x)
+out = L.Dense(10, use_bias=False)(x)
+m = keras.Model(inp, out)
+m.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+x = np.random.rand(batch, *((spatial, spatial) if spatial else ()), width).astype("float32"); y = np.random.randint(0, 10, size=(batch,))
+m.train_on_batch(x, y)
+tf.config.experimental.reset_memory_stats("CPU:0")
+before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+m.train_on_batch(x, y)
+peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+k = width * width * 4
+print(f"{name:9s} N={n:3d} resident {before / k:6.2f} kernels, step added {(peak - before) / k:6.2f} kernels")
+"""
+
+
+def _arg(argv, flag, default):
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
+def main(argv: list[str]) -> None:
+    layers = [int(v) for v in _arg(argv, "--layers", "4,8,16").split(",")]
+    opts = _arg(argv, "--opts", "sgd,adam,adadelta").split(",")
+    width, batch = _arg(argv, "--width", "1024"), _arg(argv, "--batch", "8")
+    act = _arg(argv, "--act", "linear")
+    spatial = _arg(argv, "--spatial", "0")  # > 0: Dense on (spatial, spatial, width) maps
+    for name in opts:
+        for n in layers:
+            out = subprocess.run([sys.executable, "-c", CHILD, name, str(n), width, batch, act, spatial],
+                                 capture_output=True, text=True, timeout=300)
+            print(out.stdout.strip() or f"{name} N={n}: failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
