@@ -199,6 +199,10 @@ def build_model(spec: ModelSpec, precision: str = "float32", train_mode: TrainMo
 def profile_catalogue_model(spec: ModelSpec) -> ModelProfile:
     """Builds a catalogue model once, reads its ledger, and lets the model go."""
     keras = _keras()
+    # Auto-generated layer names count up per process ("global_average_pooling2d_3"
+    # after other models): a fresh scope makes the ledger independent of what this
+    # process built before (the build worker, the CLI and tests agree).
+    keras.backend.clear_session()
     model, backbone = build_model(spec)
     try:
         return profile_model(model, name=spec.key, backbone=backbone)
