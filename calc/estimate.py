@@ -241,6 +241,25 @@ def _detail_ints(detail: str, key: str) -> tuple[int, ...]:
     return ()
 
 
+def _waits_for_all_gradients(config: TrainingConfig) -> bool:
+    # With gradient accumulation Keras wraps the whole update in one ops.cond, which
+    # waits for every gradient. So does mixed_float16: Keras' LossScaleOptimizer checks
+    # every gradient is finite and applies them inside one ops.cond.
+    return config.gradient_accumulation_steps > 1 or config.precision is Precision.MIXED_FLOAT16
+
+
+def early_temporaries_per_variable(config: TrainingConfig) -> int:
+    """Variable-sized optimizer temporaries computed before the gradient, per variable.
+
+    They are products of slots alone, run at the start of the step and live until their
+    variable's update (calc.optimizers.EARLY_TEMPORARIES). Inside the ops.cond of an
+    update that waits for all gradients they depend on the branch: none early.
+    """
+    if _waits_for_all_gradients(config):
+        return 0
+    return early_temporaries(config.optimizer, config.optimizer_options, config.precision.is_mixed)
+
+
 def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[list[bool], list[bool]]:
     """Per layer: (its weights are trained, it runs in inference mode)."""
     n = len(profile.layers)
@@ -368,16 +387,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     ledger.fixed[W] = sum(counted_bytes(FLOAT32 * e) for e in all_weights)
     slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
     ledger.fixed[OPT] = slots * sum(counted_bytes(FLOAT32 * e) for e in trainable_elements)
-    # With gradient accumulation Keras wraps the whole update in one ops.cond, which
-    # waits for every gradient.
-    # So does mixed_float16: Keras' LossScaleOptimizer checks every gradient is finite
-    # and applies them inside one ops.cond.
-    waits_for_all = config.gradient_accumulation_steps > 1 or precision is Precision.MIXED_FLOAT16
-    # Update temporaries computed from the slots alone run at the start of the step and
-    # live until their variable's update (calc.optimizers.EARLY_TEMPORARIES). Inside the
-    # ops.cond of waits_for_all they depend on the branch and run only at the update.
-    early = 0 if waits_for_all else early_temporaries(config.optimizer, config.optimizer_options,
-                                                      precision.is_mixed)
+    waits_for_all = _waits_for_all_gradients(config)
+    early = early_temporaries_per_variable(config)
     early_bytes = [
         early * sum(counted_bytes(FLOAT32 * e) for e in l.trainable_weight_elements) if has_weights[i] else 0
         for i, l in enumerate(layers)

@@ -188,7 +188,7 @@ class MemoryBreakdown:
     activations_bytes: int
     backward_transient_bytes: int
     input_batch_bytes: int
-    other_bytes: int
+    other_bytes: int  # optimizer temporaries computed before their gradient (calc.optimizers.EARLY_TEMPORARIES)
     peak_phase: str = ""
 
     @property

@@ -21,7 +21,7 @@ LABELS = {
     "activations": "Activations kept for backward",
     "backward_transient": "Backward transients",
     "input_batch": "Input batch",
-    "other": "Other",
+    "other": "Optimizer temporaries made before the gradient",
     "framework_overhead": "Framework overhead (CUDA context, libraries)",
 }
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calc.estimate import estimate_memory, fit_on_gpu, max_batch_size, memory_curve, plan_step, step_timeline
+from calc.estimate import (
+    early_temporaries_per_variable,
+    estimate_memory,
+    fit_on_gpu,
+    max_batch_size,
+    memory_curve,
+    plan_step,
+    step_timeline,
+)
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, TrainingConfig
 from dashboard.state import Inputs
@@ -149,6 +157,7 @@ class FormulaNumbers:
     weights_params: int
     trainable_params: int
     slots: int
+    early_per_param: int  # optimizer temporaries made before the gradient, per trainable parameter
     breakdown: MemoryBreakdown
     kept_per_sample: int
     neurons: int
@@ -177,6 +186,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         weights_params=profile.total_params,
         trainable_params=profile.trainable_params,
         slots=slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps),
+        early_per_param=early_temporaries_per_variable(config),
         breakdown=b,
         kept_per_sample=sum(plan.kept_per_sample),
         neurons=neurons,

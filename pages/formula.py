@@ -16,7 +16,7 @@ b = n.breakdown
 f = lambda x: views.fmt(x, inputs, 3)  # noqa: E731
 
 st.header("1. What this tool computes")
-st.latex(r"M_{peak} = W + S + G_{live} + B \cdot a_{kept} + T + X")
+st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X")
 st.markdown(
     f"""
 - **W, weights**: every variable, 4 bytes each (float32 even under mixed precision):
@@ -25,6 +25,11 @@ st.markdown(
   {n.slots} × {n.trainable_params:,} × 4 B → **{f(b.optimizer_state_bytes)}**.
 - **G, gradients alive at the peak**: Keras applies each gradient soon after it is computed, so only a few
   are alive at once → **{f(b.gradients_bytes)}**.
+- **U, optimizer temporaries made before the gradient**: `{inputs.optimizer}` computes {n.early_per_param} product(s)
+  of its slots alone per trainable parameter (SGD momentum's m·momentum, RMSprop's ρ·v, ...); nothing waits for the
+  gradient, so they run at the start of the step and live until the variable's update (measured,
+  `docs/MEASUREMENTS.md`). At most {n.early_per_param} × {n.trainable_params:,} × 4 B; those of the variables not
+  yet updated at the peak → **{f(b.other_bytes)}**.
 - **B · a, activations kept for the backward pass**: what each layer's gradient reads (a Conv keeps its input,
   a ReLU its output, BatchNormalization its input, Add nothing), alive at the peak ({b.peak_phase}):
   batch {n.batch} → **{f(b.activations_bytes)}** (at most {n.kept_per_sample:,} bytes per sample over the whole model).
@@ -34,7 +39,8 @@ st.markdown(
 )
 st.latex(
     rf"M_{{peak}} = {f(b.weights_bytes)} + {f(b.optimizer_state_bytes)} + {f(b.gradients_bytes)} + "
-    rf"{f(b.activations_bytes)} + {f(b.backward_transient_bytes)} + {f(b.input_batch_bytes)} = {f(b.peak_bytes)}".replace("GiB", r"\,\mathrm{GiB}").replace("GB", r"\,\mathrm{GB}")
+    rf"{f(b.other_bytes)} + {f(b.activations_bytes)} + {f(b.backward_transient_bytes)} + {f(b.input_batch_bytes)} "
+    rf"= {f(b.peak_bytes)}".replace("GiB", r"\,\mathrm{GiB}").replace("GB", r"\,\mathrm{GB}")
 )
 st.markdown(f"`nvidia-smi` would show about **{f(gpu.overhead_bytes)}** more (CUDA context and libraries), "
             "plus whatever TensorFlow reserved beyond the peak unless memory growth is on.")

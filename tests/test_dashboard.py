@@ -250,3 +250,18 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
             gpu = GPU_PRESETS[key]
             assert row[gpu.name] == max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                                                    safety_margin=0.05, limit=1 << 16)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "adadelta"])
+def test_formula_terms_add_up_to_the_peak(optimizer):
+    import re
+
+    at = app({**SMALL, "optimizer": optimizer}, page="pages/formula.py")
+    substituted = next(l.value for l in at.latex if "M_{peak} = " in l.value and "GiB" in l.value)
+    numbers = [float(x) for x in re.findall(r"(\d+\.\d+)\s*\\,\\mathrm\{GiB\}", substituted)]
+    *terms, total = numbers
+    profile = get_profile(make_spec("MobileNetV2", 96))
+    b = estimate_memory(profile, TrainingConfig(batch_size=16, optimizer=optimizer))
+    assert len(terms) == len(b.components())  # every component is on the page
+    assert abs(sum(terms) - total) <= 0.0005 * len(terms)  # rounding of the shown terms only
+    assert total == round(b.peak_bytes / 1024**3, 3)
