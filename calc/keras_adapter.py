@@ -238,11 +238,16 @@ def _optimizer(config: TrainingConfig) -> Any:
     return getattr(keras.optimizers, _OPTIMIZER_CLASSES[config.optimizer])(**kwargs)
 
 
+MAX_WARMUP_STEPS = 30  # the loss scale halves per overflowing step: 2^15 -> 1 in 15
+
+
 def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any]:
     """Runs the measurement protocol of MEMORY_FACTS.md in this process.
 
-    One inter-op and one intra-op thread; build, compile, one warm-up
-    ``train_on_batch``, reset the allocator stats, one more step, read the peak.
+    One inter-op and one intra-op thread; build, compile, warm-up ``train_on_batch``
+    steps until one has applied its update (one step, except under mixed_float16's
+    loss scaling), reset the allocator stats, one more step that applies its update,
+    read the peak.
     """
     import numpy as np
     import tensorflow as tf
@@ -267,11 +272,31 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
     rng = np.random.default_rng(0)
     x = rng.random((batch, *spec.input_shape), dtype=np.float32)
     y = rng.integers(0, spec.classes, size=(batch,))
-    model.train_on_batch(x, y)
-    tf.config.experimental.reset_memory_stats(device)
-    before = tf.config.experimental.get_memory_info(device)["current"]
-    model.train_on_batch(x, y)
-    info = tf.config.experimental.get_memory_info(device)
+    # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
+    # at 2^15 and halves on every step with non-finite gradients, skipping the update:
+    # with a 1000-class head the first steps all overflow (benchmarks/probe_loss_scale.py).
+    # Training spends its time in steps that apply their update, and the engine predicts
+    # those, so the warm-up goes on until one has, and the measured step must apply its own.
+    updates = getattr(model.optimizer, "inner_optimizer", model.optimizer).iterations
+    warmup = 0
+    while True:
+        done = int(updates.numpy())
+        model.train_on_batch(x, y)
+        warmup += 1
+        if int(updates.numpy()) > done:
+            break
+        if warmup >= MAX_WARMUP_STEPS:
+            raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
+    for attempt in range(MAX_WARMUP_STEPS):
+        done = int(updates.numpy())
+        tf.config.experimental.reset_memory_stats(device)
+        before = tf.config.experimental.get_memory_info(device)["current"]
+        model.train_on_batch(x, y)
+        info = tf.config.experimental.get_memory_info(device)
+        if int(updates.numpy()) > done:
+            break
+    else:
+        raise RuntimeError(f"the measured step skipped its update {MAX_WARMUP_STEPS} times")
     return {
         "peak_bytes": int(info["peak"]),
         "current_before_bytes": int(before),
@@ -282,6 +307,7 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
         "keras": keras.__version__,
         "threads": "inter_op=1 intra_op=1",
         "jit_compile": str(model.jit_compile),
+        "warmup_steps": warmup,
     }
 
 

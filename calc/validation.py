@@ -122,7 +122,7 @@ def save_measurement(path: Path, spec: ModelSpec, config: TrainingConfig, measur
         "tensorflow": measurement.tensorflow,
         "keras": measurement.keras,
         "threads": measurement.threads,
-        "protocol": "build, compile, one train_on_batch, reset_memory_stats, one train_on_batch, read peak; each run a fresh process",
+        "protocol": "build, compile, train_on_batch until a step has applied its update (one step, except under mixed_float16 loss scaling), reset_memory_stats, one train_on_batch that applies its update, read peak; each run a fresh process",
     }
     cid = case_id(spec, config)
     data["cases"] = [c for c in data["cases"] if c["case"] != cid]
