@@ -16,7 +16,7 @@ table = pd.DataFrame([r.__dict__ for r in rows]).rename(columns={
     "kept_bytes_per_sample": "bytes kept per sample", "share": "share of kept"})
 st.caption(f"{len(rows)} layer calls, {profile.total_params:,} parameters ({profile.trainable_params:,} trainable "
            "when everything is trained). 'Bytes kept per sample' is what the backward pass holds for one image.")
-st.dataframe(table, hide_index=True, column_config={"share of kept": st.column_config.ProgressColumn(format="%.1f%%", min_value=0, max_value=1)})
+st.dataframe(table, hide_index=True, column_config={"share of kept": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1, width="medium")})
 d1, d2 = st.columns(2)
 d1.download_button("Layers as CSV", table.to_csv(index=False), "layers.csv", "text/csv", key="dl_layers_csv")
 d2.download_button("Layers as JSON", json.dumps([r.__dict__ for r in rows]), "layers.json", "application/json",
