@@ -13,7 +13,10 @@ the ``ForwardMsg``s back (resolving ``ref_hash`` ones from its cache).
 1. Catalogue tour (``--no-tour`` skips it): one session sets the image size to 96 px (no
    model's default, so no shipped profile serves it), then selects every catalogue model
    in turn: one real Keras build in the server each. Round k uses 96 + 16k px.
-2. Load: N users, started over ~2 s, each changing one input (batch size, optimizer,
+2. Same model at once (``--same-model N``, 0 skips): one session builds EfficientNetB3 at
+   two new sizes (the second is one build's time), then N sessions ask for a third size
+   at the same moment; with single flight they all finish in about one build's time.
+3. Load: N users, started over ~2 s, each changing one input (batch size, optimizer,
    precision or GPU) every 1-2 s (seeded), waiting for each rerun to end.
 
 Measured: ms from sending a change to the run's first message (``new_session``), to the
@@ -264,6 +267,39 @@ async def user(i: int, url: str, args, stop_at: float, record, latencies: dict) 
             await c.ws.close()
 
 
+SAME_MODEL = "EfficientNetB3"  # default 300 px: the sizes below are built, never shipped
+
+
+async def same_model_at_once(url: str, n: int, record) -> dict:
+    """n sessions ask for one uncached model at the same moment: with single flight one
+    build serves them all, so they finish in about one build's time, not n of them."""
+    clients = [Client(url) for _ in range(n)]
+    try:
+        for c in clients:
+            await c.connect()
+            record("same-model first page", await c.rerun(TOUR_MODEL_TIMEOUT_S))
+        one, build_ms = clients[0], 0.0
+        for size in (112, 128):  # the first may pay the build worker's TensorFlow import
+            one.set("model", SAME_MODEL)
+            one.set("image_size", size)
+            r = await one.rerun(TOUR_MODEL_TIMEOUT_S)
+            record(f"one session builds {SAME_MODEL} at {size}", r)
+            build_ms = r["finished_ms"]
+        for c in clients:
+            c.set("model", SAME_MODEL)
+            c.set("image_size", 144)
+        runs = await asyncio.gather(*(c.rerun(TOUR_MODEL_TIMEOUT_S) for c in clients))
+        for r in runs:
+            record(f"{n} sessions ask for {SAME_MODEL} at 144 at once", r)
+        slowest = max(r["finished_ms"] for r in runs)
+        return {"sessions": n, "model": SAME_MODEL, "one_build_ms": round(build_ms, 1),
+                "all_sessions_ms": round(slowest, 1), "ratio": round(slowest / build_ms, 2)}
+    finally:
+        for c in clients:
+            if c.ws is not None:
+                await c.ws.close()
+
+
 async def run(args, port: int, pid: int, result: dict, latencies: dict, record) -> None:
     url = f"ws://127.0.0.1:{port}/_stcore/stream"
     first = Client(url)  # the first page: the imports are paid before anything is timed
@@ -275,6 +311,8 @@ async def run(args, port: int, pid: int, result: dict, latencies: dict, record) 
     if args.tour:
         result["tour"] = await tour(url, args.tour_rounds, pid, record)
         result["rss_mib"]["after_tour"] = result["tour"]["rounds"][-1]["rss_mib"]
+    if args.same_model:
+        result["same_model"] = await same_model_at_once(url, args.same_model, record)
     cpu0, t0, stop_at = cpu_s(pid), time.monotonic(), time.monotonic() + args.duration
     await asyncio.gather(*(user(i, url, args, stop_at, record, latencies) for i in range(args.users)))
     result["server_cpu_load"] = {"cpu_s": round(cpu_s(pid) - cpu0, 1), "wall_s": round(time.monotonic() - t0, 1)}
@@ -315,6 +353,10 @@ def report(args, result: dict, errors: list[str]) -> None:
         print(f"  change -> {label:<16} p50 {lat[k]['p50']} ms  p95 {lat[k]['p95']} ms  max {lat[k]['max']} ms")
     if cpu:
         print(f"  server CPU during the load: {cpu['cpu_s']} s in {cpu['wall_s']} s")
+    if "same_model" in result:
+        sm = result["same_model"]
+        print(f"  {sm['sessions']} sessions asking for {sm['model']} at once: all done in {sm['all_sessions_ms']} ms; "
+              f"one build alone {sm['one_build_ms']} ms (ratio {sm['ratio']})")
     for rnd in result.get("tour", {}).get("rounds", []):
         print(f"  catalogue tour: {result['tour']['models']} models at {rnd['image_size']} px in {rnd['total_s']} s")
     for phase, v in result["rss_mib"].items():
@@ -331,6 +373,8 @@ def main() -> int:
     p.add_argument("--tour", action=argparse.BooleanOptionalAction, default=True, help="visit every model first")
     p.add_argument("--tour-rounds", type=int, default=1, choices=range(1, MAX_TOUR_ROUNDS + 1))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--same-model", type=int, default=8, choices=range(0, MAX_USERS + 1), metavar="N",
+                   help="N sessions ask for one uncached model at once (0 skips)")
     p.add_argument("--host", default="127.0.0.1", help="loopback only (the server listens on 127.0.0.1)")
     args = p.parse_args()
     if args.host not in ("127.0.0.1", "localhost"):

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_load_test_short_run_has_no_errors():
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "load_test.py"), "--users", "2", "--duration", "8",
-         "--no-tour"],
+         "--no-tour", "--same-model", "2"],
         capture_output=True, text=True, timeout=240, cwd=ROOT, stdin=subprocess.DEVNULL,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -26,3 +26,4 @@ def test_load_test_short_run_has_no_errors():
     assert result["latency_ms"]["finished"]["p95"] > 0
     assert result["latency_ms"]["chart"]["p95"] > 0
     assert result["rss_mib"]["after_load"]["rss"] > 0
+    assert result["same_model"]["sessions"] == 2 and result["same_model"]["all_sessions_ms"] > 0
