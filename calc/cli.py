@@ -39,7 +39,8 @@ def _positive(text: str) -> int:
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a Keras application, e.g. ResNet50 (see `models`)")
+    p.add_argument("--model", help="a Keras application, e.g. ResNet50 (see `models`)")
+    p.add_argument("--file", help="your own saved model (.keras or .h5), read with Keras safe mode instead of --model")
     p.add_argument("--image-size", type=_positive, help="square side in pixels (default: the model's own)")
     p.add_argument("--height", type=_positive)
     p.add_argument("--width", type=_positive)
@@ -66,21 +67,58 @@ def _add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.0, help="safety margin, a fraction (0.1 = 10%%)")
 
 
+LOCAL_FILE_LIMIT = 8 * 2**30  # your own file on your machine: the dashboard's 200 MiB is for strangers
+
+
+def _profile_and_config(args: argparse.Namespace) -> tuple[str, Any, TrainingConfig]:
+    """(name, profile, config) from --model (catalogue) or --file (a saved model)."""
+    if not args.file:
+        from calc.profiles import get_profile
+
+        spec, config = _spec_and_config(args)
+        return spec.key, get_profile(spec), config
+    given = [f"--{n.replace('_', '-')}" for n in ("model", "image_size", "height", "width", "no_top")
+             if getattr(args, n)]
+    if given:
+        raise ValueError(f"--file takes the model as saved; drop {', '.join(given)}.")
+    import os
+
+    from calc.uploads import profile_upload
+
+    try:
+        size = os.path.getsize(args.file)
+        if size > LOCAL_FILE_LIMIT:
+            raise ValueError(f"{args.file} is {size / 2**30:,.1f} GiB; the limit is {LOCAL_FILE_LIMIT // 2**30} GiB.")
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    profile = profile_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
+    return profile.name, profile, _config(args)
+
+
 def _spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:
-    frozen = args.frozen_backbone
-    if frozen and args.last_n:
-        raise ValueError("--frozen-backbone and --last-n exclude each other.")
+    if not args.model:
+        raise ValueError("the following arguments are required: --model (or --file)")
+    config = _config(args)
     spec = make_spec(
         args.model,
         args.image_size,
         height=args.height,
         width=args.width,
         channels=args.channels,
-        include_top=not (args.no_top or frozen),
+        include_top=not (args.no_top or args.frozen_backbone),
         classes=args.classes,
     )
+    return spec, config
+
+
+def _config(args: argparse.Namespace) -> TrainingConfig:
+    frozen = args.frozen_backbone
+    if frozen and args.last_n:
+        raise ValueError("--frozen-backbone and --last-n exclude each other.")
     mode = TrainMode.FROZEN_BACKBONE if frozen else TrainMode.LAST_N if args.last_n else TrainMode.ALL
-    config = TrainingConfig(
+    return TrainingConfig(
         batch_size=args.batch_size,
         optimizer=Optimizer(args.optimizer),
         optimizer_options=OptimizerOptions(
@@ -92,7 +130,6 @@ def _spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfi
         gradient_accumulation_steps=args.grad_accum,
         num_gpus=args.gpus,
     )
-    return spec, config
 
 
 def _gpu(args: argparse.Namespace) -> GpuPreset | None:
@@ -114,14 +151,12 @@ def _print(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from calc.estimate import estimate_memory, fit_on_gpu
-    from calc.profiles import get_profile
 
-    spec, config = _spec_and_config(args)
+    name, profile, config = _profile_and_config(args)
     gpu = _gpu(args)
-    profile = get_profile(spec)
     b = estimate_memory(profile, config)
     out: dict[str, Any] = {
-        "model": spec.key,
+        "model": name,
         "batch_size": config.batch_size,
         "per_device_batch": config.per_replica_batch,
         "optimizer": config.optimizer.value,
@@ -132,7 +167,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "peak_phase": b.peak_phase,
         "unknown_layer_types": list(profile.unknown_layer_types),
     }
-    lines = [f"{spec.key}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  {config.train_mode.value}"]
+    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  {config.train_mode.value}"]
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
     lines.append(f"  {'predicted peak':20s} {b.peak_bytes / GIB:10.3f} GiB  ({b.peak_bytes:,} bytes, at {b.peak_phase})")
     if gpu is not None:
@@ -152,6 +187,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     from calc.measure import measure_training_step
 
+    if args.file:
+        raise ValueError("measure runs catalogue models only (--model); for your own file, time one training "
+                         "step with tf.config.experimental.get_memory_info as in ../shared/MEMORY_FACTS.md.")
     spec, config = _spec_and_config(args)
     if config.num_gpus != 1:
         raise ValueError("measure runs on one device; use --gpus 1 (and the per-device batch).")
@@ -180,17 +218,15 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def cmd_max_batch(args: argparse.Namespace) -> int:
     from calc.estimate import max_batch_size
-    from calc.profiles import get_profile
 
-    spec, config = _spec_and_config(args)
     gpu = _gpu(args)
     if gpu is None:
         raise ValueError("max-batch needs --gpu PRESET or --memory-gib N.")
-    profile = get_profile(spec)
+    name, profile, config = _profile_and_config(args)
     fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
-    out = {"model": spec.key, "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
+    out = {"model": name, "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
            "framework_overhead_bytes": gpu.overhead_bytes, "safety_margin": args.margin, "max_batch_size": fit}
-    _print(out, args.json, [f"{spec.key} on {gpu.name} (margin {args.margin:.0%}): largest batch {fit}"])
+    _print(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}): largest batch {fit}"])
     return 0
 
 

@@ -28,13 +28,13 @@ TIMEOUT_S = 180.0
 ALLOWED = (".keras", ".h5")
 
 
-def check_upload(data: bytes, filename: str) -> str:
+def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTES) -> str:
     """Returns the file's extension, or raises ``ValueError`` saying what is wrong."""
     ext = os.path.splitext(filename.lower())[1]
     if ext not in ALLOWED:
         raise ValueError(f"Expected a .keras or .h5 file. Received: {os.path.basename(filename)!r}")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise ValueError(f"The file is {len(data) / 2**20:,.0f} MiB; the limit is {MAX_UPLOAD_BYTES // 2**20} MiB.")
+    if len(data) > max_bytes:
+        raise ValueError(f"The file is {len(data) / 2**20:,.0f} MiB; the limit is {max_bytes // 2**20} MiB.")
     if not data:
         raise ValueError("The file is empty.")
     if ext == ".keras":
@@ -105,13 +105,14 @@ def custom_classes(config: object) -> list[str]:
     return found
 
 
-def profile_upload(data: bytes, filename: str, *, timeout_s: float = TIMEOUT_S) -> ModelProfile:
+def profile_upload(data: bytes, filename: str, *, timeout_s: float = TIMEOUT_S,
+                   max_bytes: int = MAX_UPLOAD_BYTES) -> ModelProfile:
     """The ledger of an uploaded model, read in a subprocess with Keras safe mode on.
 
     Raises:
         ValueError: the file is not a model this tool can read, with the reason.
     """
-    ext = check_upload(data, filename)
+    ext = check_upload(data, filename, max_bytes=max_bytes)
     workdir = tempfile.mkdtemp(prefix="calc-upload-")
     try:
         path = os.path.join(workdir, "model" + ext)

@@ -32,6 +32,10 @@ def run(*args):
         (["estimate"], "--model"),
         (["frobnicate"], "invalid choice"),
         (["max-batch", "--model", "ResNet50"], "--gpu"),
+        (["estimate", "--file", "/nonexistent/model.keras"], "cannot read /nonexistent/model.keras"),
+        (["estimate", "--file", "m.keras", "--model", "ResNet50"], "drop --model"),
+        (["estimate", "--file", "m.keras", "--image-size", "64"], "drop --image-size"),
+        (["measure", "--file", "m.keras"], "catalogue models only"),
     ],
 )
 def test_bad_options_one_line_status_2(args, needle, capsys):
@@ -72,3 +76,28 @@ def test_measure_json_components_sum_to_the_peak():
     out = json.loads(r.stdout)
     assert out["peak_bytes"] == sum(out["components"].values())
     assert out["components"]["resident_before_step"] > 0 and out["device"] == "CPU:0"
+
+
+@pytest.mark.slow
+def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
+    import keras
+
+    from calc.estimate import estimate_memory, max_batch_size
+    from calc.gpus import GPU_PRESETS
+    from calc.types import TrainingConfig
+    from calc.uploads import profile_upload
+
+    inp = keras.Input((64, 64, 3))
+    x = keras.layers.Conv2D(16, 3, activation="relu")(inp)
+    out = keras.layers.Dense(10, activation="softmax")(keras.layers.GlobalAveragePooling2D()(x))
+    path = tmp_path / "mine.keras"
+    keras.Model(inp, out).save(path)
+    profile = profile_upload(path.read_bytes(), "mine.keras")
+    config = TrainingConfig(batch_size=8, optimizer="sgd")
+    assert main(["estimate", "--file", str(path), "--batch-size", "8", "--optimizer", "sgd", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["model"] == "mine.keras" and got["peak_bytes"] == estimate_memory(profile, config).peak_bytes
+    assert main(["max-batch", "--file", str(path), "--optimizer", "sgd", "--gpu", "t4", "--json"]) == 0
+    t4 = GPU_PRESETS["t4"]
+    assert json.loads(capsys.readouterr().out)["max_batch_size"] == max_batch_size(
+        profile, TrainingConfig(batch_size=32, optimizer="sgd"), t4.memory_bytes, overhead_bytes=t4.overhead_bytes)
