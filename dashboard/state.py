@@ -24,6 +24,11 @@ class Inputs:
     image_size: int = 224
     batch_size: int = 32
     optimizer: str = "adam"
+    momentum: bool = False  # SGD, RMSprop
+    amsgrad: bool = False  # Adam, AdamW
+    centered: bool = False  # RMSprop
+    ema: bool = False  # use_ema, any optimizer
+    grad_accum: int = 1  # gradient_accumulation_steps
     precision: str = "float32"
     train_mode: str = "all"
     last_n: int = 10
@@ -70,6 +75,11 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         "image_size": lambda t: _int("image_size", t, 1, MAX_IMAGE_SIDE),
         "batch_size": lambda t: _int("batch_size", t, 1, MAX_BATCH),
         "optimizer": lambda t: _choice("optimizer", t, OPTIMIZERS),
+        "momentum": lambda t: _bool("momentum", t),
+        "amsgrad": lambda t: _bool("amsgrad", t),
+        "centered": lambda t: _bool("centered", t),
+        "ema": lambda t: _bool("ema", t),
+        "grad_accum": lambda t: _int("grad_accum", t, 1, 1024),
         "precision": lambda t: _choice("precision", t, PRECISIONS),
         "train_mode": lambda t: _choice("train_mode", t, TRAIN_MODES),
         "last_n": lambda t: _int("last_n", t, 1, 10000),
@@ -92,6 +102,15 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         warnings.append(f"batch_size {inputs.batch_size} is not divisible by num_gpus {inputs.num_gpus}: using 1 GPU.")
         inputs = replace(inputs, num_gpus=1)
     return inputs, warnings
+
+
+def _bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false")
 
 
 def _float(name: str, text: str, low: float, high: float) -> float:

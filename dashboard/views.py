@@ -14,7 +14,7 @@ from calc.estimate import (
     step_timeline,
 )
 from calc.gpus import GpuPreset
-from calc.types import MemoryBreakdown, ModelProfile, TrainingConfig
+from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -24,6 +24,9 @@ def config_of(inputs: Inputs) -> TrainingConfig:
     return TrainingConfig(
         batch_size=inputs.batch_size,
         optimizer=inputs.optimizer,
+        optimizer_options=OptimizerOptions(momentum=inputs.momentum, amsgrad=inputs.amsgrad,
+                                           centered=inputs.centered, use_ema=inputs.ema),
+        gradient_accumulation_steps=inputs.grad_accum,
         precision=inputs.precision,
         train_mode=inputs.train_mode,
         last_n_layers=inputs.last_n if inputs.train_mode == "last_n" else 0,

@@ -59,6 +59,16 @@ def sidebar_inputs() -> Inputs:
                         min_value=1, max_value=8192, step=16, key="image_size")
     sb.number_input("Batch size (global)", min_value=1, max_value=MAX_BATCH, step=1, key="batch_size")
     sb.selectbox("Optimizer", OPTIMIZERS, key="optimizer")
+    optimizer = st.session_state["optimizer"]
+    if optimizer in ("sgd", "rmsprop"):
+        sb.checkbox("momentum", key="momentum", help="one more slot per parameter (Keras 3 build())")
+    if optimizer == "rmsprop":
+        sb.checkbox("centered", key="centered")
+    if optimizer in ("adam", "adamw"):
+        sb.checkbox("amsgrad", key="amsgrad")
+    sb.checkbox("EMA of the weights (use_ema)", key="ema", help="a full copy of the trainable weights")
+    sb.number_input("Gradient accumulation steps", min_value=1, max_value=1024, key="grad_accum",
+                    help="Keras 3 gradient_accumulation_steps: an accumulator per parameter")
     sb.selectbox("Precision", PRECISIONS, key="precision")
     sb.selectbox("What is trained", TRAIN_MODES, format_func=MODE_LABELS.get, key="train_mode")
     if st.session_state["train_mode"] == "last_n":

@@ -265,3 +265,27 @@ def test_formula_terms_add_up_to_the_peak(optimizer):
     assert len(terms) == len(b.components())  # every component is on the page
     assert abs(sum(terms) - total) <= 0.0005 * len(terms)  # rounding of the shown terms only
     assert total == round(b.peak_bytes / 1024**3, 3)
+
+
+
+def test_optimizer_options_reach_the_engine_and_the_link():
+    from calc.types import OptimizerOptions
+
+    at = app({**SMALL, "optimizer": "sgd"})
+    assert not at.checkbox(key="momentum").value
+    at.checkbox(key="momentum").check().run()
+    at.checkbox(key="ema").check().run()
+    at.number_input(key="grad_accum").set_value(4).run()
+    profile = get_profile(make_spec("MobileNetV2", 96))
+    gpu = GPU_PRESETS["t4"]
+    config = TrainingConfig(batch_size=16, optimizer="sgd", gradient_accumulation_steps=4,
+                            optimizer_options=OptimizerOptions(momentum=True, use_ema=True))
+    best = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=0.05,
+                          limit=1 << 16)
+    assert metric(at, "Largest batch") == f"{best:,}"
+    link = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert link["momentum"] == "True" and link["ema"] == "True" and link["grad_accum"] == "4"
+    again = app(link)
+    assert metric(again, "Largest batch") == f"{best:,}" and again.checkbox(key="momentum").value
+    at.selectbox(key="optimizer").set_value("adam").run()  # momentum is not an Adam option: hidden, ignored
+    assert not [c for c in at.checkbox if c.key == "momentum"]

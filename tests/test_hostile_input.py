@@ -103,14 +103,15 @@ def _in_domain(inputs) -> bool:
             and 1 <= inputs.batch_size <= MAX_BATCH and inputs.optimizer in OPTIMIZERS
             and inputs.precision in PRECISIONS and inputs.gpu in GPUS and inputs.unit in UNITS
             and 0 <= inputs.margin <= 90 and 0.25 <= inputs.gpu_memory_gib <= 4096
-            and inputs.batch_size % inputs.num_gpus == 0)
+            and inputs.batch_size % inputs.num_gpus == 0 and 1 <= inputs.grad_accum <= 1024
+            and all(isinstance(getattr(inputs, f), bool) for f in ("momentum", "amsgrad", "centered", "ema")))
 
 
 query_values = st_.one_of(st_.text(max_size=200), st_.sampled_from(HOSTILE_TEXT),
                           st_.integers(-10**20, 10**20).map(str), st_.floats().map(str))
 
 
-NUMERIC_FIELDS = ("image_size", "batch_size", "last_n", "gpu_memory_gib", "num_gpus", "margin")
+NUMERIC_FIELDS = ("image_size", "batch_size", "last_n", "gpu_memory_gib", "num_gpus", "margin", "grad_accum")
 
 
 @settings(max_examples=400, deadline=None)
