@@ -17,49 +17,16 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE  # noqa: E402  (beside this script)
 
-VARIANTS = {
-    # expand 1x1 -> BN -> ReLU6 -> pad -> depthwise s2 -> BN -> ReLU6 -> project -> BN
-    "mbv2": "expand bn relu6 pad dw2 bn relu6 project bn",
-    "expand": "expand",
-    "expand_bn": "expand bn",
-    "expand_bn_relu6": "expand bn relu6",
-    "expand_relu6": "expand relu6",
-    "expand_relu6_pad": "expand relu6 pad",
-    "expand_relu6_pad_dw2": "expand relu6 pad dw2",
-    "expand_relu6_dw1": "expand relu6 dw1",
-    "expand_relu_conv3": "expand relu conv3",
-}
+VARIANTS = FROZEN_VARIANTS
 
 CHILD = PREAMBLE + r'''
 steps, batch, size = STEPS.split(), BATCH, SIZE
-inp = keras.Input((size, size, 32)); x = inp
-for s in steps:
-    x = {"expand": lambda: L.Conv2D(96, 1, use_bias=False),
-         "bn": lambda: L.BatchNormalization(),
-         "relu6": lambda: L.ReLU(6.0),
-         "relu": lambda: L.Activation("relu"),
-         "pad": lambda: L.ZeroPadding2D(((0, 1), (0, 1))),
-         "dw2": lambda: L.DepthwiseConv2D(3, strides=2, use_bias=False),
-         "dw1": lambda: L.DepthwiseConv2D(3, padding="same", use_bias=False),
-         "conv3": lambda: L.Conv2D(96, 3, padding="same"),
-         "project": lambda: L.Conv2D(24, 1, use_bias=False)}[s]()(x)
-backbone = keras.Model(inp, x)
-backbone.trainable = False
-i2 = keras.Input((size, size, 32))
-y = backbone(i2, training=False)
-out = L.Dense(10, activation="softmax")(L.GlobalAveragePooling2D()(y))
-model = keras.Model(i2, out)
-profile = profile_model(model, backbone=backbone)
+''' + FROZEN_STAGE + r'''profile = profile_model(model, backbone=backbone)
 est = estimate_memory(profile, TrainingConfig(batch_size=batch, optimizer="sgd", train_mode="frozen_backbone"))
-model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-xb = np.random.rand(batch, size, size, 32).astype("float32"); yb = np.random.randint(0, 10, size=(batch,))
-model.train_on_batch(xb, yb)
-tf.config.experimental.reset_memory_stats("CPU:0")
-before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-model.train_on_batch(xb, yb)
-peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-print("RESULT", json.dumps({"measured": peak - before, "estimated": est.peak_bytes - est.weights_bytes - est.optimizer_state_bytes, "phase": est.peak_phase}))
+''' + FROZEN_STEP + r'''print("RESULT", json.dumps({"measured": peak - before, "estimated": est.peak_bytes - est.weights_bytes - est.optimizer_state_bytes, "phase": est.peak_phase}))
 '''
 
 
