@@ -25,6 +25,8 @@ c2.metric(f"{gpu.name}", views.fmt(view.capacity_bytes, inputs))
 c3.metric("Largest batch that fits", f"{view.max_batch:,}")
 (st.success if view.fits else st.error)(views.verdict(view, inputs))
 st.caption(accuracy_line())
+if inputs.train_mode == "frozen_backbone":
+    st.warning(views.FROZEN_BACKBONE_NOTE)
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
 

@@ -289,3 +289,10 @@ def test_optimizer_options_reach_the_engine_and_the_link():
     assert metric(again, "Largest batch") == f"{best:,}" and again.checkbox(key="momentum").value
     at.selectbox(key="optimizer").set_value("adam").run()  # momentum is not an Adam option: hidden, ignored
     assert not [c for c in at.checkbox if c.key == "momentum"]
+
+
+
+def test_frozen_backbone_estimates_carry_their_known_error():
+    at = app({**SMALL, "train_mode": "frozen_backbone"})
+    assert any("Frozen backbone" in w.value and "33 %" in w.value for w in at.warning)
+    assert not any("Frozen backbone" in w.value for w in app().warning)
