@@ -29,7 +29,8 @@ class BuildError(ValueError):
     """The builder could not produce a profile (the reason is in the message)."""
 
 
-def _rss_bytes(pid: int) -> int:
+def resident_bytes(pid: int) -> int:
+    """A process's resident memory (Linux /proc), 0 when it cannot be read."""
     try:
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -76,7 +77,7 @@ class BuildWorker:
                 self._stop()
                 raise BuildError(f"Building {spec.name} at {spec.height}x{spec.width} failed: {exc}") from None
             self.builds += 1
-            if _rss_bytes(proc.pid) > self.max_rss_bytes:
+            if resident_bytes(proc.pid) > self.max_rss_bytes:
                 self._stop()  # the next build starts a fresh child
             self._arm_idle_timer()
         kind, _, payload = line.partition(" ")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from calc.catalogue import CATALOGUE, ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
-from calc.types import Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+from calc.types import ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 
 GIB = 1024**3
 
@@ -70,7 +70,7 @@ def _add_gpu_options(p: argparse.ArgumentParser) -> None:
 LOCAL_FILE_LIMIT = 8 * 2**30  # your own file on your machine: the dashboard's 200 MiB is for strangers
 
 
-def _profile_and_config(args: argparse.Namespace) -> tuple[str, Any, TrainingConfig]:
+def _profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, TrainingConfig]:
     """(name, profile, config) from --model (catalogue) or --file (a saved model)."""
     if not args.file:
         from calc.profiles import get_profile

@@ -12,6 +12,7 @@ some batch are kept (``_prune``) and evaluated per batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -212,18 +213,11 @@ def _grouped_depthwise_scratch(layer, profile: ModelProfile, compute_bytes: int)
     strides = _detail_ints(layer.detail, "strides") or (1,)
     if not kernel_size or not layer.output_shapes or len(layer.output_shapes[0]) < 2:
         return 0
-    k = 1
-    for v in kernel_size:
-        k *= v
+    k = math.prod(kernel_size)
     c_out = layer.output_shapes[0][-1]
     per_group_in = layer.trainable_weight_elements[0] // max(1, k * c_out)
-    spatial_out = 1
-    for v in layer.output_shapes[0][:-1]:
-        spatial_out *= v
-    stride = 1
-    for v in strides:
-        stride *= v
-    c_in = profile.tensor_elements[layer.input_ids[0]] // max(1, spatial_out * stride)
+    spatial_out = math.prod(layer.output_shapes[0][:-1])
+    c_in = profile.tensor_elements[layer.input_ids[0]] // max(1, spatial_out * math.prod(strides))
     if per_group_in != 1 or c_in <= 1 or k * c_out != layer.trainable_weight_elements[0]:
         return 0
     return int(XLA_DEPTHWISE_FILTER_GRAD * compute_bytes * k * c_in * c_out)

@@ -278,22 +278,23 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
     # Training spends its time in steps that apply their update, and the engine predicts
     # those, so the warm-up goes on until one has, and the measured step must apply its own.
     updates = getattr(model.optimizer, "inner_optimizer", model.optimizer).iterations
-    warmup = 0
-    while True:
+
+    def step_applies_update() -> bool:
         done = int(updates.numpy())
         model.train_on_batch(x, y)
-        warmup += 1
-        if int(updates.numpy()) > done:
-            break
+        return int(updates.numpy()) > done
+
+    warmup = 1
+    while not step_applies_update():
         if warmup >= MAX_WARMUP_STEPS:
             raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
-    for attempt in range(MAX_WARMUP_STEPS):
-        done = int(updates.numpy())
+        warmup += 1
+    for _ in range(MAX_WARMUP_STEPS):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
-        model.train_on_batch(x, y)
+        applied = step_applies_update()  # reading the scalar counter allocates nothing tracked
         info = tf.config.experimental.get_memory_info(device)
-        if int(updates.numpy()) > done:
+        if applied:
             break
     else:
         raise RuntimeError(f"the measured step skipped its update {MAX_WARMUP_STEPS} times")

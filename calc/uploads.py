@@ -39,18 +39,18 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
         raise ValueError("The file is empty.")
     if ext == ".keras":
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                total = sum(info.file_size for info in archive.infolist())
-                names = archive.namelist()
+            archive = zipfile.ZipFile(io.BytesIO(data))
         except zipfile.BadZipFile:
             raise ValueError("This is not a .keras file (a .keras file is a zip archive); is it truncated?") from None
-        if total > MAX_UNCOMPRESSED_BYTES or total > MAX_RATIO * max(len(data), 1):
-            raise ValueError(
-                f"The archive would unpack to {_size(total)} from {_size(len(data))} ({total / len(data):,.0f}x): "
-                f"refused as a possible zip bomb (limits {MAX_UNCOMPRESSED_BYTES // 2**30} GiB and {MAX_RATIO}x).")
-        if "config.json" not in names:
-            raise ValueError("This zip archive has no config.json: it is not a Keras model.")
-        custom = custom_classes(_read_config(data))
+        with archive:
+            total = sum(info.file_size for info in archive.infolist())
+            if total > MAX_UNCOMPRESSED_BYTES or total > MAX_RATIO * max(len(data), 1):
+                raise ValueError(
+                    f"The archive would unpack to {_size(total)} from {_size(len(data))} ({total / len(data):,.0f}x): "
+                    f"refused as a possible zip bomb (limits {MAX_UNCOMPRESSED_BYTES // 2**30} GiB and {MAX_RATIO}x).")
+            if "config.json" not in archive.namelist():
+                raise ValueError("This zip archive has no config.json: it is not a Keras model.")
+            custom = custom_classes(_read_config(archive))
         if custom:
             raise ValueError(
                 f"The model uses classes defined in its author's Python code ({', '.join(custom[:5])}). Safe mode "
@@ -68,16 +68,15 @@ def _size(n: int) -> str:
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a ConvNeXtXLarge config.json is ~1 MiB
 
 
-def _read_config(data: bytes) -> object:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        if archive.getinfo("config.json").file_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"config.json is larger than {MAX_CONFIG_BYTES // 2**20} MiB: refused.")
-        try:
-            return json.loads(archive.read("config.json"))
-        except (ValueError, RecursionError):
-            raise ValueError("config.json in this archive is not valid JSON (or nested too deeply).") from None
-        except (zipfile.BadZipFile, EOFError, OSError) as exc:
-            raise ValueError(f"The archive is damaged (is it truncated?): {exc}") from None
+def _read_config(archive: zipfile.ZipFile) -> object:
+    if archive.getinfo("config.json").file_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"config.json is larger than {MAX_CONFIG_BYTES // 2**20} MiB: refused.")
+    try:
+        return json.loads(archive.read("config.json"))
+    except (ValueError, RecursionError):
+        raise ValueError("config.json in this archive is not valid JSON (or nested too deeply).") from None
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise ValueError(f"The archive is damaged (is it truncated?): {exc}") from None
 
 
 def custom_classes(config: object) -> list[str]:

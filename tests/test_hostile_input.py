@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
 
+from calc.build_worker import resident_bytes
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, make_spec
 from calc.gpus import lookup_gpu
 from calc.types import MAX_BATCH_SIZE, Optimizer, Precision, TrainingConfig, TrainMode
@@ -80,20 +81,15 @@ def test_unknown_gpu(key):
         lookup_gpu(key)
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 @pytest.mark.parametrize("name, side", [("VGG16", 8192), ("VGG19", 8192), ("VGG16", 6000)])
 def test_absurd_weights_are_refused_at_once_without_allocating(name, side):
-    before = _rss_bytes()
+    before = resident_bytes(os.getpid())
     start = time.perf_counter()
     with pytest.raises(ValueError, match="parameters"):
         make_spec(name, side)
     assert time.perf_counter() - start < 0.1
     # VGG16 at 8192 with its top would hold 512 GiB of float32 weights; nothing grew.
-    assert _rss_bytes() - before < 8 * 2**20
+    assert resident_bytes(os.getpid()) - before < 8 * 2**20
 
 
 # --- the query string -------------------------------------------------------------
