@@ -9,6 +9,22 @@ from __future__ import annotations
 
 from calc.types import Optimizer, OptimizerOptions
 
+# Which optimizers each option of ``OptimizerOptions`` applies to (their Keras 3
+# constructor arguments); each one that applies adds one full-size slot in ``build()``
+# (SGD/RMSprop momentums, RMSprop's average gradient, Adam's velocity_hat).
+# ``use_ema`` applies to every optimizer.
+OPTION_OPTIMIZERS: dict[str, frozenset[Optimizer]] = {
+    "momentum": frozenset({Optimizer.SGD, Optimizer.RMSPROP}),
+    "centered": frozenset({Optimizer.RMSPROP}),
+    "amsgrad": frozenset({Optimizer.ADAM, Optimizer.ADAMW}),
+}
+
+
+def applicable_options(optimizer: Optimizer | str) -> list[str]:
+    """The ``OptimizerOptions`` switches that change ``optimizer`` (besides ``use_ema``)."""
+    return [name for name, applies in OPTION_OPTIMIZERS.items() if Optimizer(optimizer) in applies]
+
+
 # Full-size slot variables per trainable variable, before options.
 OPTIMIZER_SLOTS: dict[Optimizer, int] = {
     Optimizer.SGD: 0,  # + momentum
@@ -125,12 +141,7 @@ def slots_per_variable(optimizer: Optimizer, options: OptimizerOptions, accumula
     ``gradient_accumulation_steps > 1`` adds one accumulator per variable.
     """
     slots = OPTIMIZER_SLOTS[optimizer]
-    if optimizer is Optimizer.SGD and options.momentum:
-        slots += 1
-    if optimizer in (Optimizer.ADAM, Optimizer.ADAMW) and options.amsgrad:
-        slots += 1
-    if optimizer is Optimizer.RMSPROP:
-        slots += int(options.momentum) + int(options.centered)
+    slots += sum(bool(getattr(options, name)) for name in applicable_options(optimizer))
     if options.use_ema:
         slots += 1
     if accumulation_steps > 1:

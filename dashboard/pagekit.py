@@ -6,10 +6,9 @@ import streamlit as st
 
 from calc.estimate import plan_step
 from calc.types import ModelProfile
+from dashboard import views
 from dashboard.loaders import load_profile, spec_for
 from dashboard.state import Inputs
-from dashboard import views
-from dashboard.views import config_of
 from dashboard.widgets import sidebar_inputs
 
 
@@ -18,7 +17,7 @@ def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
     readers = {"upload": _uploaded_profile, "summary": _summary_profile}
     profile = readers[inputs.source]() if inputs.source in readers else _catalogue_profile(inputs)
     try:
-        plan_step(profile, config_of(inputs))  # a configuration the model cannot take fails here, once
+        plan_step(profile, views.config_of(inputs))  # a configuration the model cannot take fails here, once
     except ValueError as exc:
         st.error(str(exc))
         st.stop()

@@ -6,6 +6,7 @@ import streamlit as st
 
 from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
+from calc.optimizers import applicable_options
 from dashboard.state import (
     FIELD_NAMES,
     GPUS,
@@ -59,13 +60,8 @@ def sidebar_inputs() -> Inputs:
                         min_value=1, max_value=8192, step=16, key="image_size")
     sb.number_input("Batch size (global)", min_value=1, max_value=MAX_BATCH, step=1, key="batch_size")
     sb.selectbox("Optimizer", OPTIMIZERS, key="optimizer")
-    optimizer = st.session_state["optimizer"]
-    if optimizer in ("sgd", "rmsprop"):
-        sb.checkbox("momentum", key="momentum", help="one more slot per parameter (Keras 3 build())")
-    if optimizer == "rmsprop":
-        sb.checkbox("centered", key="centered")
-    if optimizer in ("adam", "adamw"):
-        sb.checkbox("amsgrad", key="amsgrad")
+    for option in applicable_options(st.session_state["optimizer"]):  # momentum, centered, amsgrad
+        sb.checkbox(option, key=option, help="one more slot per parameter (Keras 3 build())")
     sb.checkbox("EMA of the weights (use_ema)", key="ema", help="a full copy of the trainable weights")
     sb.number_input("Gradient accumulation steps", min_value=1, max_value=1024, key="grad_accum",
                     help="Keras 3 gradient_accumulation_steps: an accumulator per parameter")
