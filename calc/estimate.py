@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from calc.allocator import BFC, Chunk
 from calc.optimizers import early_temporaries, slots_per_variable, update_scratch
 from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
@@ -116,12 +117,63 @@ class StepPlan:
 
 
 class _Ledger:
-    """Running live allocations of the walk, per component."""
+    """Running live allocations of the walk, per component.
 
-    def __init__(self) -> None:
+    With ``record`` it also writes the walk as allocator events, batch-independent:
+    ``("a", id, bytes_per_sample, fixed_bytes)``, ``("f", id)`` and ``("m", phase)``
+    after each moment. Changes of the fixed components (gradients, early optimizer
+    temporaries, ...) become blocks of their own; weights and optimizer slots set
+    before the first tensor are resident and left out (``allocator_peak`` places them).
+    When one of several same-size tensors dies, the forward pass frees the oldest and
+    the backward pass the newest.
+    """
+
+    def __init__(self, record: bool = False) -> None:
         self.fixed = [0] * len(COMPONENTS)
         self.live: list[dict[int, int]] = [{} for _ in COMPONENTS]
         self.moments: list[Moment] = []
+        self.events: list[tuple] | None = [] if record else None
+        self._seen = [0] * len(COMPONENTS)
+        self._blocks: list[list[tuple[int, int]]] = [[] for _ in COMPONENTS]
+        self._ids: dict[tuple[int, int], list[int]] = {}
+        self._serial = 0
+        self._started = False
+        self.forward = True
+
+    def _new_id(self) -> int:
+        self._serial += 1
+        return self._serial
+
+    def _sync_fixed(self) -> None:
+        events = self.events
+        if events is None:
+            return
+        for comp, value in enumerate(self.fixed):
+            delta = value - self._seen[comp]
+            self._seen[comp] = value
+            if not self._started and comp in (W, OPT):
+                continue  # resident before the step
+            blocks = self._blocks[comp]
+            if delta > 0:
+                sid = self._new_id()
+                blocks.append((sid, delta))
+                events.append(("a", sid, 0, delta))
+            elif delta < 0:
+                need = -delta
+                exact = next((b for b in blocks if b[1] == need), None)
+                if exact is not None:
+                    blocks.remove(exact)
+                    events.append(("f", exact[0]))
+                    continue
+                while need > 0 and blocks:  # free the oldest, keep the remainder
+                    sid, size = blocks.pop(0)
+                    events.append(("f", sid))
+                    if size > need:
+                        rest = self._new_id()
+                        blocks.insert(0, (rest, size - need))
+                        events.append(("a", rest, 0, size - need))
+                    need -= size
+        self._started = True
 
     def add(self, component: int, per_sample_bytes: int, count: int = 1) -> None:
         if per_sample_bytes <= 0 or count == 0:
@@ -132,6 +184,15 @@ class _Ledger:
             hist[per_sample_bytes] = n
         else:
             del hist[per_sample_bytes]
+        if self.events is not None:
+            self._sync_fixed()
+            ids = self._ids.setdefault((component, per_sample_bytes), [])
+            for _ in range(count):
+                sid = self._new_id()
+                ids.append(sid)
+                self.events.append(("a", sid, per_sample_bytes, 0))
+            for _ in range(-count):
+                self.events.append(("f", ids.pop(0) if self.forward else ids.pop()))
 
     def remove(self, component: int, per_sample_bytes: int) -> None:
         self.add(component, per_sample_bytes, -1)
@@ -146,6 +207,13 @@ class _Ledger:
         self.moments.append(
             Moment(phase, tuple(fixed), tuple(tuple(sorted(h.items())) for h in hists))
         )
+        if self.events is not None:
+            self._sync_fixed()
+            temporaries = [("a", self._new_id(), 0, extra_fixed)] if extra_fixed > 0 else []
+            temporaries += [("a", self._new_id(), size, 0) for size in extra_per_sample if size > 0]
+            self.events.extend(temporaries)
+            self.events.extend(("f", t[1]) for t in temporaries)
+            self.events.append(("m", phase))
 
 
 def _tensors(multiple: float, size: int) -> list[int]:
@@ -172,16 +240,24 @@ _MERGEABLE = {"Activation", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePo
 
 
 def _writes_in_place(layer, inference, precision, alias, producer, last_forward_use, keepers, nbytes,
-                     outputs, i) -> bool:
-    if len(layer.input_ids) != 1 or len(layer.output_ids) != 1:
+                     outputs, i, frozen_op=False) -> bool:
+    if len(layer.output_ids) != 1 or not layer.input_ids:
         return False
     source, target = alias[layer.input_ids[0]], layer.output_ids[0]
-    elementwise = layer.layer_type in _ELEMENTWISE or (layer.layer_type == "BatchNormalization" and inference)
+    if frozen_op and layer.layer_type == "Add" and len(layer.input_ids) == 2:
+        # A binary op forwards an input buffer no one else reads (measured: two
+        # Conv2D branches + Add, frozen, peak = input + the two conv outputs; BFC_SIM.md).
+        return (alias[target] == target and producer[source] != -1 and last_forward_use[source] == i
+                and keepers[source] == 0 and source not in outputs and nbytes[source] == nbytes[target])
+    if len(layer.input_ids) != 1:
+        return False
+    normalization = layer.layer_type in ("BatchNormalization", "LayerNormalization")
+    elementwise = layer.layer_type in _ELEMENTWISE or (normalization and inference)
     if not elementwise or alias[target] != target or producer[source] == -1:
         return False
     if layer.layer_type == "Dropout" and not inference:
         return False  # training-mode dropout multiplies by a fresh mask: a new tensor
-    if layer.layer_type == "BatchNormalization" and precision.is_mixed:
+    if normalization and precision.is_mixed:
         return False  # it works on a float32 copy, then casts back
     return (last_forward_use[source] == i and keepers[source] == 0 and source not in outputs
             and nbytes[source] == nbytes[target])
@@ -221,6 +297,27 @@ def _grouped_depthwise_scratch(layer, profile: ModelProfile, compute_bytes: int)
     if per_group_in != 1 or c_in <= 1 or k * c_out != layer.trainable_weight_elements[0]:
         return 0
     return int(XLA_DEPTHWISE_FILTER_GRAD * compute_bytes * k * c_in * c_out)
+
+
+def _inference_scratch(layer, staged: int) -> float:
+    """Output-sized temporaries of a layer running in inference, while it runs.
+
+    A chain of elementwise ops (GELU's 0.5 * x * (1 + erf(x / sqrt 2)), hard_swish,
+    x * sigmoid(x), LayerNormalization's squared difference) needs one new tensor
+    while its input lives; the next ops write in place. What training keeps of those
+    intermediate results (``extra_outputs``) is gone in inference. The convolutions'
+    measured forward "scratch" was the allocator's chunk waste (docs/BFC_SIM.md,
+    probe 1), which the allocator simulation counts itself; a separable conv's
+    depthwise output is its own step of the walk (``staged``); pooling's extra is
+    oneDNN's training workspace.
+    """
+    rule, act, _ = rule_for(layer.layer_type, layer.activation)
+    fused = min(1.0, act.forward_scratch + act.extra_outputs)
+    if staged or rule.input_for_weights_only:
+        return fused
+    if layer.layer_type.startswith("MaxPooling"):
+        return 0.0
+    return min(1.0, rule.forward_scratch + rule.extra_outputs) + fused
 
 
 def _detail_ints(detail: str, key: str) -> tuple[int, ...]:
@@ -271,7 +368,14 @@ def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[lis
     return [i >= first for i in range(n)], [i < first for i in range(n)]
 
 
-def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Moment], StepPlan]:
+def _raw_bytes(nbytes: int) -> int:
+    """What one allocation asks the allocator for (the simulation adds the chunk effects)."""
+    return 0 if nbytes < UNTRACKED_BELOW else -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
+
+
+def _simulate(profile: ModelProfile, config: TrainingConfig,
+              record: bool = False) -> tuple[list[Moment], StepPlan, list[tuple]]:
+    counted_bytes = _raw_bytes if record else globals()["counted_bytes"]
     layers = profile.layers
     precision = config.precision
     cb = precision.compute_bytes
@@ -373,7 +477,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
             last_forward_use[alias[t]] = i
     outputs = {alias[t] for t in profile.output_ids}
 
-    ledger = _Ledger()
+    ledger = _Ledger(record)
     trainable_elements = [
         e for i, l in enumerate(layers) if has_weights[i] for e in l.trainable_weight_elements
     ]
@@ -393,10 +497,26 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
     ledger.add(INPUT, LABEL_BYTES * profile.label_elements)
 
     live = [False] * n_tensors
+    def free_dead(i, tensors):
+        for t in tensors:
+            if live[t] and last_forward_use[t] <= i and keepers[t] == 0 and t not in outputs:
+                ledger.remove(ACT, nbytes[t])
+                live[t] = False
+
     for i, layer in enumerate(layers):
         rule, _, _ = rule_for(layer.layer_type, layer.activation)
+        frozen_op = inference[i] and not backward[i]
+        staged = 0
+        if frozen_op and layer.layer_type == "SeparableConv2D" and len(layer.input_ids) == 1:
+            # Depthwise, then pointwise: the input dies once the depthwise output exists,
+            # before the pointwise output is allocated.
+            source = alias[layer.input_ids[0]]
+            staged = nbytes[source] // max(1, math.prod(_detail_ints(layer.detail, "strides") or (1,)))
+            ledger.add(ACT, staged)
+            ledger.snapshot(f"forward {layer.name} (depthwise)")
+            free_dead(i, {source})
         if _writes_in_place(layer, inference[i], precision, alias, producer, last_forward_use,
-                            keepers, nbytes, outputs, i):
+                            keepers, nbytes, outputs, i, frozen_op):
             # An elementwise op whose input dies here writes into the input's buffer
             # (TensorFlow forwards an input buffer with no other reader to the output).
             source, target = alias[layer.input_ids[0]], layer.output_ids[0]
@@ -409,16 +529,16 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         for size in private[i]:
             ledger.add(ACT, size)
         ledger.fixed[ACT] += private_fixed[i]
-        scratch = tuple(int(rule.forward_scratch * nbytes[t]) for t in layer.output_ids)
+        scratch_share = _inference_scratch(layer, staged) if frozen_op else rule.forward_scratch
+        scratch = tuple(int(scratch_share * nbytes[t]) for t in layer.output_ids)
         ledger.snapshot(f"forward {layer.name}", extra_per_sample=scratch)
-        for t in {alias[x] for x in (*layer.input_ids, *layer.output_ids)}:
-            done = last_forward_use[t] <= i
-            if live[t] and done and keepers[t] == 0 and t not in outputs:
-                ledger.remove(ACT, nbytes[t])
-                live[t] = False
+        if staged:
+            ledger.remove(ACT, staged)
+        free_dead(i, {alias[x] for x in (*layer.input_ids, *layer.output_ids)})
 
     # The loss reads the predictions: a few temporaries of their size.
     ledger.snapshot("loss", extra_per_sample=tuple(nbytes[t] for t in outputs for _ in range(3)))
+    ledger.forward = False
     grad_live = [False] * n_tensors
     for t in outputs:
         grad_live[t] = True
@@ -489,7 +609,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig) -> tuple[list[Momen
         if keepers_at_start[t] and producer[t] != -1:
             kept[producer[t]] += nbytes[t]
     plan = StepPlan(_prune(ledger.moments), tuple(sorted(unknown)), tuple(kept))
-    return ledger.moments, plan
+    return ledger.moments, plan, ledger.events or []
 
 
 # Batch sizes at which moments are compared to find the ones that can be the peak.
@@ -569,7 +689,72 @@ def estimate_memory(profile: ModelProfile, config: TrainingConfig) -> MemoryBrea
     plan = plan_step(profile, config)
     batch = config.per_replica_batch
     m = plan.peak_moment(batch)
-    return MemoryBreakdown(*m.components(batch), peak_phase=m.phase)
+    parts = m.components(batch)
+    simulated = _allocator_peak(profile, _without_batch(config), batch) if _simulates_allocator(config) else 0
+    return MemoryBreakdown(*parts, peak_phase=m.phase, allocator_bytes=max(0, simulated - sum(parts)))
+
+
+def _simulates_allocator(config: TrainingConfig) -> bool:
+    """Whether the step runs part of the model in inference, where chunk waste decides the peak.
+
+    A frozen backbone's forward pass frees each feature map soon after making it, so
+    the peak is a few large tensors in whole chunks (docs/BFC_SIM.md: the walk alone
+    missed frozen MobileNetV2 / DenseNet121 by up to -32 %). In full training the walk's
+    fitted ``FRAGMENTATION`` does better than the simulation (which lands ~3 % low).
+    """
+    return config.train_mode is not TrainMode.ALL
+
+
+@lru_cache(maxsize=64)
+def _allocator_events(profile: ModelProfile, config: TrainingConfig) -> tuple[tuple, ...]:
+    return tuple(_simulate(profile, config, record=True)[2])
+
+
+def _resident_requests(profile: ModelProfile, config: TrainingConfig) -> list[int]:
+    """Bytes of each variable, then of each optimizer slot, in the order Keras makes them."""
+    trained, _ = _trainable_flags(profile, config)
+    weights = [FLOAT32 * e for l in profile.layers for e in (*l.trainable_weight_elements, *l.non_trainable_weight_elements)]
+    slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
+    trainable = [FLOAT32 * e for t, l in zip(trained, profile.layers) if t and l.trainable_params > 0
+                 for e in l.trainable_weight_elements]
+    return weights + [s for s in trainable for _ in range(slots)]
+
+
+def allocator_peak(profile: ModelProfile, config: TrainingConfig) -> int:
+    """The peak a simulated BFC allocator reports for one measured step at this batch.
+
+    Replays the measurement protocol (calc.measure): the variables and optimizer slots,
+    a reset of the peak, then the step, every request placed by
+    ``calc.allocator.BFC``. The events come from the walk itself (one walk per config,
+    cached); only their sizes scale with the batch. 0.3-2 ms per batch for catalogue
+    models (benchmarks/bench_engine.py), cached per batch.
+    """
+    return _allocator_peak(profile, _without_batch(config), config.per_replica_batch)
+
+
+@lru_cache(maxsize=8192)
+def _allocator_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -> int:
+    events = _allocator_events(profile, config)
+    bfc = BFC()
+    for nbytes in _resident_requests(profile, config):
+        if nbytes >= UNTRACKED_BELOW:
+            bfc.alloc(nbytes)
+    # The protocol's warm-up step leaves regions the measured step reuses; replaying one
+    # first gave the same peaks on the 41 measured frozen points (docs/BFC_SIM.md), at
+    # twice the cost, so the step is replayed once.
+    bfc.reset_peak()
+    live: dict[int, Chunk] = {}
+    for ev in events:
+        kind = ev[0]
+        if kind == "a":
+            nbytes = ev[2] * batch + ev[3]
+            if nbytes >= UNTRACKED_BELOW:
+                live[ev[1]] = bfc.alloc(nbytes)
+        elif kind == "f":
+            chunk = live.pop(ev[1], None)
+            if chunk is not None:
+                bfc.free(chunk)
+    return bfc.peak
 
 
 def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: range | list[int]) -> list[int]:
@@ -579,7 +764,11 @@ def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: ran
     per_device = [max(1, b // gpus) for b in batch_sizes]
     if not per_device:
         return []
-    return [int(v) for v in _totals(plan.moments, per_device).max(axis=0)]
+    linear = [int(v) for v in _totals(plan.moments, per_device).max(axis=0)]
+    if not _simulates_allocator(config):
+        return linear
+    base = _without_batch(config)
+    return [max(v, _allocator_peak(profile, base, b)) for v, b in zip(linear, per_device)]
 
 
 def max_batch_size(
@@ -595,15 +784,22 @@ def max_batch_size(
 
     Returns 0 when not even one sample per device fits; at most ``limit`` per
     device. Batches are multiples of ``num_gpus``. Peaks grow with the batch, so a
-    doubling search then a bisection finds the edge.
+    doubling search then a bisection finds the edge. Where the allocator is simulated
+    (``_simulates_allocator``) the peak can dip between neighbouring batches; the
+    search returns a batch that fits, and may miss a larger one past a jump.
     """
     if not 0.0 <= safety_margin < 1.0:
         raise ValueError(f"safety_margin must be in [0, 1). Received: safety_margin={safety_margin}")
     usable = int(budget_bytes * (1.0 - safety_margin)) - overhead_bytes
     plan = plan_step(profile, config)
 
+    simulated = _simulates_allocator(config)
+    base = _without_batch(config)
+
     def fits(per_device: int) -> bool:
-        return max(m.total(per_device) for m in plan.moments) <= usable
+        if max(m.total(per_device) for m in plan.moments) > usable:
+            return False
+        return not simulated or _allocator_peak(profile, base, per_device) <= usable
 
     if not fits(1):
         return 0

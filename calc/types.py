@@ -190,6 +190,10 @@ class MemoryBreakdown:
     input_batch_bytes: int
     other_bytes: int  # optimizer temporaries computed before their gradient (calc.optimizers.EARLY_TEMPORARIES)
     peak_phase: str = ""
+    # Whole chunks the BFC allocator hands out beyond the tensors' sizes, where a
+    # simulation of it at this batch says more than the walk (calc.allocator; steps
+    # whose backbone runs in inference).
+    allocator_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
@@ -204,4 +208,5 @@ class MemoryBreakdown:
             "backward_transient": self.backward_transient_bytes,
             "input_batch": self.input_batch_bytes,
             "other": self.other_bytes,
+            "allocator": self.allocator_bytes,
         }

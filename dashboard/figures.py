@@ -12,6 +12,7 @@ COLORS = {
     "backward_transient": "#54A24B",
     "input_batch": "#EECA3B",
     "other": "#B279A2",
+    "allocator": "#BAB0AC",
     "framework_overhead": "#9D755D",
 }
 LABELS = {
@@ -22,6 +23,7 @@ LABELS = {
     "backward_transient": "Backward transients",
     "input_batch": "Input batch",
     "other": "Optimizer temporaries made before the gradient",
+    "allocator": "Allocator chunks beyond tensor sizes (simulated)",
     "framework_overhead": "Framework overhead (CUDA context, libraries)",
 }
 

@@ -277,7 +277,8 @@ def summary_warnings(reading) -> list[str]:
 
 
 FROZEN_BACKBONE_NOTE = (
-    "Frozen backbone: this training step peaks in the forward pass, where TensorFlow's allocator hands out "
-    "freed chunks unsplit, so the real peak jumps between neighbouring batch sizes. Measured, the estimate "
-    "was off by -31 % to +33 % (docs/BFC_SIM.md): set the safety margin to 33 % or more before trusting "
-    "the largest batch.")
+    "Frozen backbone: this step peaks in the forward pass, where TensorFlow's allocator hands out whole "
+    "chunks, so the real peak jumps between neighbouring batch sizes and differs between runs of the same "
+    "step by up to ~15 %. The estimate simulates the allocator at every batch (the grey 'allocator' part); "
+    "on 41 measured frozen points it was off by -11 % to +16 % (docs/BFC_SIM.md). Keep a safety margin of "
+    "15 % or more before trusting the largest batch.")

@@ -16,7 +16,7 @@ b = n.breakdown
 f = lambda x: views.fmt(x, inputs, 3)  # noqa: E731
 
 st.header("1. What this tool computes")
-st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X")
+st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X + R")
 st.markdown(
     f"""
 - **W, weights**: every variable, 4 bytes each (float32 even under mixed precision):
@@ -35,12 +35,18 @@ st.markdown(
   batch {n.batch} → **{f(b.activations_bytes)}** (at most {n.kept_per_sample:,} bytes per sample over the whole model).
 - **T, backward transients**: gradients of activations and scratch of the layer running at the peak → **{f(b.backward_transient_bytes)}**.
 - **X, the input batch**: {n.batch} × {n.input_elements:,} × 4 B (+ labels) → **{f(b.input_batch_bytes)}**.
+- **R, allocator chunks**: TensorFlow's BFC allocator grows its pool by regions that double in size and hands a
+  free chunk out whole unless it is at least twice the request (or 128 MiB more), so a tensor can hold up to about
+  twice its size. When part of the model runs in inference (frozen backbone, last N layers), the estimate replays
+  this step's allocations through a simulation of the allocator at batch {n.batch} and adds what it finds beyond
+  the sum above → **{f(b.allocator_bytes)}** (0 in full training, where each tensor's share is inside the terms
+  above as a measured 8 %).
 """
 )
 st.latex(
     rf"M_{{peak}} = {f(b.weights_bytes)} + {f(b.optimizer_state_bytes)} + {f(b.gradients_bytes)} + "
     rf"{f(b.other_bytes)} + {f(b.activations_bytes)} + {f(b.backward_transient_bytes)} + {f(b.input_batch_bytes)} "
-    rf"= {f(b.peak_bytes)}".replace("GiB", r"\,\mathrm{GiB}").replace("GB", r"\,\mathrm{GB}")
+    rf"+ {f(b.allocator_bytes)} = {f(b.peak_bytes)}".replace("GiB", r"\,\mathrm{GiB}").replace("GB", r"\,\mathrm{GB}")
 )
 st.markdown(f"`nvidia-smi` would show about **{f(gpu.overhead_bytes)}** more (CUDA context and libraries), "
             "plus whatever TensorFlow reserved beyond the peak unless memory growth is on.")

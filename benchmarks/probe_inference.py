@@ -1,0 +1,120 @@
+"""Frozen (inference-mode) stacks of layers: measured step vs the engine, per variant.
+
+    python benchmarks/probe_inference.py [--size 160] [--channels 3] [--batches 16,32] VARIANT ...
+
+A variant is a sequence of layer tokens run as a frozen backbone (``training=False``)
+under a trainable GlobalAveragePooling + Dense(10) head, SGD, the measurement protocol
+(one warm-up step, reset, one step; 1 inter-op and 1 intra-op thread), one fresh
+process per point. Tokens:
+
+    conv:F:K:S:P:B   Conv2D(F, K, strides=S, padding "v"alid / "s"ame, use_bias=B (0/1))
+    bn               BatchNormalization          relu   ReLU
+    pool             MaxPooling2D(3, strides=2)  sep:F  SeparableConv2D(F, 3, padding="same")
+    dense:G          a DenseNet layer: x = concat(x, conv3x3(G)(relu(bn(conv1x1(4G)(relu(bn(x)))))))
+
+Named variants are in VARIANTS; a variant may also be given inline, tokens joined by
+commas. Prints the step above the resident bytes, measured and as the engine predicts
+(walk alone, and the engine's final estimate with the allocator simulation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from probe_child import PREAMBLE  # noqa: E402
+
+MIB = 1 << 20
+
+# The InceptionV3 stem (conv2d_bn: no bias, BatchNormalization(scale=False) in Keras;
+# scale on here), and the same convolutions written VGG-style (bias, ReLU, no BN).
+VARIANTS = {
+    "inception_stem": "conv:32:3:2:v:0 bn relu conv:32:3:1:v:0 bn relu conv:64:3:1:s:0 bn relu pool",
+    "stem_bias": "conv:32:3:2:v:1 relu conv:32:3:1:v:1 relu conv:64:3:1:s:1 relu pool",
+    "stem_nobn": "conv:32:3:2:v:0 relu conv:32:3:1:v:0 relu conv:64:3:1:s:0 relu pool",
+    "stem_2conv": "conv:32:3:2:v:0 bn relu conv:32:3:1:v:0 bn relu",
+    "stem_3conv": "conv:32:3:2:v:0 bn relu conv:32:3:1:v:0 bn relu conv:64:3:1:s:0",
+    # DenseNet121's first block (its stem pads before the pool; this one does not).
+    "densenet_block": "conv:64:7:2:s:0 bn relu pool " + "dense:32 " * 6,
+    "densenet_2": "conv:64:7:2:s:0 bn relu pool dense:32 dense:32",
+}
+
+CHILD = PREAMBLE + r'''
+tokens, size, channels, batch = TOKENS, SIZE, CHANNELS, BATCH
+
+def apply(tok, x):
+    kind, *a = tok.split(":")
+    if kind == "conv":
+        f, k, s, p, b = a
+        return L.Conv2D(int(f), int(k), strides=int(s), padding="valid" if p == "v" else "same", use_bias=b == "1")(x)
+    if kind == "sep":
+        return L.SeparableConv2D(int(a[0]), 3, padding="same", use_bias=False)(x)
+    if kind == "dense":
+        g = int(a[0])
+        y = L.ReLU()(L.BatchNormalization()(x))
+        y = L.ReLU()(L.BatchNormalization()(L.Conv2D(4 * g, 1, use_bias=False)(y)))
+        return L.Concatenate()([x, L.Conv2D(g, 3, padding="same", use_bias=False)(y)])
+    return {"bn": L.BatchNormalization, "relu": L.ReLU, "pool": lambda: L.MaxPooling2D(3, strides=2)}[kind]()(x)
+
+inp = keras.Input((size, size, channels)); x = inp
+for tok in tokens:
+    x = apply(tok, x)
+backbone = keras.Model(inp, x)
+backbone.trainable = False
+i2 = keras.Input((size, size, channels))
+out = L.Dense(10, activation="softmax")(L.GlobalAveragePooling2D()(backbone(i2, training=False)))
+model = keras.Model(i2, out)
+config = TrainingConfig(batch_size=batch, optimizer="sgd", train_mode="frozen_backbone")
+est = estimate_memory(profile_model(model, backbone=backbone), config)
+model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+xb = np.random.rand(batch, size, size, channels).astype("float32"); yb = np.random.randint(0, 10, size=(batch,))
+model.train_on_batch(xb, yb)
+tf.config.experimental.reset_memory_stats("CPU:0")
+before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+model.train_on_batch(xb, yb)
+peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+resident = est.weights_bytes + est.optimizer_state_bytes
+print("RESULT", json.dumps({"measured": peak - before, "walk": est.peak_bytes - est.allocator_bytes - resident,
+                            "engine": est.peak_bytes - resident, "phase": est.peak_phase}))
+'''
+
+
+def run(tokens: list[str], size: int, channels: int, batch: int) -> dict | None:
+    code = (CHILD.replace("ROOT", repr(ROOT)).replace("TOKENS", repr(tokens)).replace("SIZE", str(size))
+            .replace("CHANNELS", str(channels)).replace("BATCH", str(batch)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if line is None:
+        print(f"  failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return json.loads(line[7:])
+
+
+def main(argv: list[str]) -> None:
+    def option(name: str, default: str) -> str:
+        if name in argv:
+            i = argv.index(name)
+            value = argv[i + 1]
+            del argv[i:i + 2]
+            return value
+        return default
+
+    size = int(option("--size", "160"))
+    channels = int(option("--channels", "3"))
+    batches = [int(b) for b in option("--batches", "32").split(",")]
+    names = argv or list(VARIANTS)
+    for batch in batches:
+        for name in names:
+            tokens = (VARIANTS[name] if name in VARIANTS else name.replace(",", " ")).split()
+            r = run(tokens, size, channels, batch)
+            if r:
+                print(f"{name:16s} b{batch:<4d} {size}px  measured {r['measured'] / MIB:7.1f}  walk {r['walk'] / MIB:7.1f}"
+                      f"  engine {r['engine'] / MIB:7.1f} MiB  (step above resident; peak at {r['phase']})", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,152 @@
+"""The BFC allocator model (calc.allocator) and how the estimate uses it, on hand cases."""
+
+import pytest
+
+from calc.allocator import BFC, bin_for, rounded
+from calc.estimate import (
+    allocator_peak,
+    counted_bytes,
+    estimate_memory,
+    max_batch_size,
+    memory_curve,
+    step_timeline,
+)
+from calc.types import LayerStats, ModelProfile, TrainingConfig
+from tests.profiles import chain_profile
+
+MIB = 1 << 20
+# 112 x 112 x 64 float32 per sample: 3.0625 MiB, so 24.5 MiB at batch 8.
+MAP = 112 * 112 * 64
+
+
+def test_requests_are_rounded_to_256_bytes_and_binned_by_powers_of_two():
+    assert rounded(1) == 256 and rounded(256) == 256 and rounded(257) == 512
+    assert bin_for(256) == 0 and bin_for(511) == 0 and bin_for(512) == 1
+    assert bin_for(256 << 20) == 20 and bin_for(1 << 40) == 20
+
+
+def test_first_request_splits_the_first_region_and_free_coalesces():
+    a = BFC()
+    x = a.alloc(1000)
+    assert x.size == 1024 and a.regions == [2 * MIB]
+    a.free(x)
+    assert a.in_use == 0
+    assert [len(b) for b in a.bins].count(1) == 1  # one free chunk: the whole region again
+
+
+def test_region_doubles_until_the_request_fits_and_is_handed_out_whole():
+    a = BFC()
+    a.alloc(1000)  # region 1: 2 MiB
+    y = a.alloc(75 * MIB)  # 2 -> 4 -> ... -> 128 MiB; 53 MiB left < 75 MiB and < 128 MiB: unsplit
+    assert a.regions == [2 * MIB, 128 * MIB] and y.size == 128 * MIB
+    a.free(y)
+    z = a.alloc(60 * MIB)  # 128 >= 2 x 60: split
+    w = a.alloc(60 * MIB)  # the 68 MiB rest < 2 x 60: handed out whole
+    assert z.size == 60 * MIB and w.size == 68 * MIB and len(a.regions) == 2
+
+
+def test_a_remainder_of_128_mib_is_split_off_even_below_twice_the_request():
+    a = BFC()
+    big = a.alloc(600 * MIB)
+    assert a.regions == [1024 * MIB] and big.size == 600 * MIB  # 424 MiB left >= 128 MiB
+    a.free(big)
+    assert a.alloc(900 * MIB).size == 1024 * MIB  # 124 MiB left: kept in the chunk
+
+
+def test_best_fit_takes_the_smallest_hole():
+    a = BFC(initial_region=64 * MIB)
+    p = [a.alloc(8 * MIB) for _ in range(6)]
+    for i in (1, 3, 4):
+        a.free(p[i])  # holes of 8 MiB (p1) and 16 MiB (p3 + p4)
+    q = a.alloc(7 * MIB)
+    assert q.ptr == p[1].ptr and q.size == 8 * MIB
+
+
+def test_region_sizes_double_after_each_growth():
+    a = BFC()
+    for _ in range(4):
+        a.alloc(2 * MIB)
+    assert a.regions == [2 * MIB, 4 * MIB, 8 * MIB]
+
+
+def frozen_stem(map_elements: int = MAP) -> ModelProfile:
+    """Image -> Conv2D -> BatchNormalization -> ReLU (the frozen backbone) -> Dense head.
+
+    Every variable is under 256 KiB, which the allocator's statistics do not count, so
+    only the image and the feature maps reach the simulated allocator.
+    """
+    return chain_profile(
+        sizes=(map_elements,) * 3, weights=((1728, 64), (), ()), head_weights=(640, 10), backbone_layers=3,
+    )
+
+
+def test_frozen_step_counts_whole_regions():
+    # batch 8: the 24.5 MiB image gets a fresh region, doubled 2 -> 32 MiB, handed out
+    # whole (32 < 2 x 24.5, 7.5 MiB < 128 MiB); the 24.5 MiB conv output the next 32 MiB
+    # region. BatchNormalization and ReLU run in place in inference. Peak: 64 MiB.
+    config = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")
+    assert allocator_peak(frozen_stem(), config) == 64 * MIB
+    b = estimate_memory(frozen_stem(), config)
+    walk = 2 * counted_bytes(4 * MAP * 8)  # the walk alone: two maps, 8 % fragmentation each
+    assert b.peak_bytes == 64 * MIB and b.allocator_bytes == 64 * MIB - walk > 0
+    # batch 4: 12.25 MiB each, regions of 16 MiB.
+    assert allocator_peak(frozen_stem(), TrainingConfig(batch_size=4, train_mode="frozen_backbone")) == 32 * MIB
+
+
+def test_full_training_does_not_simulate_the_allocator():
+    profile = chain_profile(backbone_layers=3)
+    b = estimate_memory(profile, TrainingConfig(batch_size=64, optimizer="adam"))
+    assert b.allocator_bytes == 0
+
+
+@pytest.mark.parametrize("mode", [{"train_mode": "frozen_backbone"}, {"train_mode": "last_n", "last_n_layers": 1}])
+def test_curve_and_max_batch_agree_with_the_estimate_when_simulating(mode):
+    profile = frozen_stem()
+    config = TrainingConfig(batch_size=1, optimizer="adam", **mode)
+    batches = list(range(1, 41))
+    curve = memory_curve(profile, config, batches)
+    singles = [estimate_memory(profile, TrainingConfig(batch_size=b, optimizer="adam", **mode)).peak_bytes
+               for b in batches]
+    assert curve == singles
+    budget = 200 * MIB
+    best = max_batch_size(profile, config, budget)
+    assert 0 < best < 40
+    assert singles[best - 1] <= budget and singles[best] > budget
+
+
+def two_branch_add() -> ModelProfile:
+    """Image -> two Conv2D branches -> Add -> Dense head, all but the head frozen."""
+    shape = ((112, 112, 64),)
+    layers = (
+        LayerStats("a", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("b", "Conv2D", (0,), (2,), shape, (1728,), in_backbone=True),
+        LayerStats("add", "Add", (1, 2), (3,), shape, in_backbone=True),
+        LayerStats("head", "Dense", (3,), (4,), ((10,),), (640, 10), activation="softmax"),
+    )
+    return ModelProfile("branches", (112, 112, 64), layers, (MAP, MAP, MAP, MAP, 10), (0,), (4,))
+
+
+def test_inference_add_writes_into_its_first_input():
+    # At the Add: the image and the two branch outputs; the sum reuses branch a's buffer.
+    config = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")
+    timeline = dict(step_timeline(two_branch_add(), config))
+    assert timeline["forward add"] == 3 * counted_bytes(4 * MAP * 8)
+    # In full training the Add makes a new tensor (its inputs are still read).
+    full = dict(step_timeline(two_branch_add(), TrainingConfig(batch_size=8, optimizer="sgd")))
+    assert full["forward add"] >= 4 * counted_bytes(4 * MAP * 8)
+
+
+def test_inference_separable_conv_frees_its_input_before_the_pointwise_output():
+    shape = ((112, 112, 64),)
+    layers = (
+        LayerStats("stem", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("sep", "SeparableConv2D", (1,), (2,), shape, (576, 4096), in_backbone=True,
+                   detail="kernel_size=(3, 3) strides=(1, 1)"),
+        LayerStats("head", "Dense", (2,), (3,), ((10,),), (640, 10), activation="softmax"),
+    )
+    profile = ModelProfile("sep", (112, 112, 64), layers, (MAP, MAP, MAP, 10), (0,), (3,))
+    timeline = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+    one = counted_bytes(4 * MAP * 8)
+    # depthwise: image + stem output + depthwise output; pointwise: image + depthwise + output.
+    assert timeline["forward sep (depthwise)"] == 3 * one
+    assert timeline["forward sep"] == 3 * one
