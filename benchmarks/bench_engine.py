@@ -2,7 +2,11 @@
 
     python benchmarks/bench_engine.py [ResNet50 EfficientNetB0 ...]
 
-Prints one line per model. Timings are wall-clock on this machine, median of runs.
+Prints one line per model, then the same models as frozen backbones, where every batch
+size also replays the step through the allocator simulation (calc.allocator): the
+walk with its events, one replay, the dashboard's curve (~380 batches) and the largest
+batch on an 80 GiB card, each from cold caches. Timings are wall-clock on this
+machine, median of runs.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("CALC_CACHE_DIR", tempfile.mkdtemp(prefix="calc-bench-"))
 
 from calc.catalogue import make_spec  # noqa: E402
+import calc.estimate as engine  # noqa: E402
 from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step  # noqa: E402
 from calc.types import TrainingConfig  # noqa: E402
 
@@ -53,5 +58,34 @@ def main(names):
               f"{t_est * 1e6:7.1f}us {t_curve * 1e3:12.1f}ms {t_max * 1e3:8.2f}ms", flush=True)
 
 
+def frozen(names):
+    from calc.profiles import get_profile
+    from dashboard.views import curve_batches
+
+    def cold(fn, keep_events=False):
+        def run():
+            engine._allocator_peak.cache_clear()
+            engine._plan.cache_clear()
+            if not keep_events:
+                engine._allocator_events.cache_clear()
+            fn()
+        return timed(run, runs=5)
+
+    print(f"\n{'frozen backbone':18s} {'events':>8s} {'replay':>8s} {'estimate':>9s} {'curve ~380':>11s} {'max-batch':>10s}")
+    for name in names:
+        profile = get_profile(make_spec(name, include_top=False))
+        config = TrainingConfig(batch_size=32, optimizer="adam", train_mode="frozen_backbone")
+        t_events = cold(lambda: engine.allocator_peak(profile, config))
+        t_replay = cold(lambda: engine.allocator_peak(profile, config), keep_events=True)
+        t_est = timed(lambda: estimate_memory(profile, config), runs=200)
+        batches = curve_batches(4096, 1, (32,))
+        t_curve = cold(lambda: memory_curve(profile, config, batches), keep_events=True)
+        t_max = cold(lambda: max_batch_size(profile, config, 80 << 30), keep_events=True)
+        print(f"{name:18s} {t_events * 1e3:6.1f}ms {t_replay * 1e3:6.2f}ms {t_est * 1e6:7.1f}us "
+              f"{t_curve * 1e3:9.1f}ms {t_max * 1e3:8.1f}ms  ({len(batches)} batches)", flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["ResNet50", "EfficientNetB0", "ConvNeXtTiny"])
+    models = sys.argv[1:] or ["ResNet50", "EfficientNetB0", "ConvNeXtTiny"]
+    main(models)
+    frozen(models + ["DenseNet201", "NASNetLarge"])

@@ -1,7 +1,7 @@
 """The BFC allocator simulation (calc.allocator, used by calc.estimate) against measurements.
 
     python benchmarks/bfc_sim.py cases [all | CASE ...]   # validation cases: measured / walk / engine / exact
-    python benchmarks/bfc_sim.py sweep                    # frozen-backbone batch sweeps (docs/BFC_SIM.md)
+    python benchmarks/bfc_sim.py sweep [--measure MODEL:SIZE:OPT:B1,B2 ...]   # frozen batch sweeps
     python benchmarks/bfc_sim.py probe [--batches 4,8,16] [--size 112] [variant ...]
     python benchmarks/bfc_sim.py measure [--batches 16] [--size 112] [variant ...]
 
@@ -25,19 +25,7 @@ from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE  # 
 
 MIB = 1 << 20
 
-# Total peak MiB of one run per point (calc.measure.measure_once, include_top=False,
-# train_mode="frozen_backbone", one fresh process per point), from docs/BFC_SIM.md
-# section 2: (model, image size, optimizer) -> {batch: MiB}.
-FROZEN_SWEEPS = {
-    ("MobileNetV2", 224, "adamw"): {4: 71.5, 8: 128.3, 12: 147.0, 16: 236.0, 20: 255.0, 24: 267.1, 28: 447.2,
-                                    32: 465.9, 40: 503.3, 48: 540.7},
-    ("DenseNet121", 224, "sgd"): {8: 86.0, 12: 153.4, 16: 164.1, 20: 179.3, 24: 326.2, 28: 318.5, 32: 352.7,
-                                  40: 337.0},
-    ("ResNet50", 224, "adam"): {8: 175.8, 12: 249.7, 16: 273.1, 24: 295.8, 32: 399.9},
-    ("Xception", 224, "adam"): {8: 265.3, 16: 458.3, 24: 464.8},
-    ("InceptionV3", 160, "sgd"): {16: 131.2, 32: 203.8, 48: 214.5},
-}
-
+SWEEPS = os.path.join(ROOT, "calc", "data", "frozen_sweeps_cpu.json")
 
 def exact_peak(profile, config) -> int:
     """The simulation's events with every request at its exact size: live bytes, no chunks."""
@@ -100,18 +88,30 @@ def validation_cases(names: list[str]) -> None:
     _summary(errors)
 
 
-def sweep() -> None:
+def sweep(argv: list[str]) -> None:
+    """Engine vs the measured sweep points; ``--measure MODEL:SIZE:OPT:B1,B2 ...`` first adds runs."""
     from calc.catalogue import make_spec
+    from calc.measure import measure_once
     from calc.profiles import get_profile
     from calc.types import TrainingConfig
 
+    data = json.load(open(SWEEPS))
+    for target in argv[argv.index("--measure") + 1:] if "--measure" in argv else []:
+        name, size, optimizer, batches = target.split(":")
+        for batch in (int(b) for b in batches.split(",")):
+            config = TrainingConfig(batch_size=batch, optimizer=optimizer, train_mode="frozen_backbone")
+            result = measure_once(make_spec(name, int(size), include_top=False), config)
+            data["points"].append({"model": name, "image_size": int(size), "optimizer": optimizer, "batch_size": batch,
+                                   "peak_mib": round(result["peak_bytes"] / MIB, 1), "source": "bfc_sim.py sweep --measure"})
+            json.dump(data, open(SWEEPS, "w"), indent=1)
+            print(f"measured {name} {size}px {optimizer} b{batch}: {result['peak_bytes'] / MIB:.1f} MiB", flush=True)
     _header()
     errors = []
-    for (name, size, optimizer), points in FROZEN_SWEEPS.items():
-        profile = get_profile(make_spec(name, size, include_top=False))
-        for batch, measured in points.items():
-            config = TrainingConfig(batch_size=batch, optimizer=optimizer, train_mode="frozen_backbone")
-            errors.append(_row(f"{name} {size}px {optimizer} frozen b{batch}", measured, profile, config))
+    for p in sorted(data["points"], key=lambda p: (p["model"], p["image_size"], p["optimizer"], p["batch_size"])):
+        profile = get_profile(make_spec(p["model"], p["image_size"], include_top=False))
+        config = TrainingConfig(batch_size=p["batch_size"], optimizer=p["optimizer"], train_mode="frozen_backbone")
+        label = f"{p['model']} {p['image_size']}px {p['optimizer']} frozen b{p['batch_size']}"
+        errors.append(_row(label, p["peak_mib"], profile, config))
     _summary(errors)
 
 
@@ -201,7 +201,7 @@ if __name__ == "__main__":
     if args[0] == "cases":
         validation_cases(args[1:])
     elif args[0] == "sweep":
-        sweep()
+        sweep(args[1:])
     elif args[0] == "probe":
         probe(args[1:])
     elif args[0] == "measure":

@@ -26,7 +26,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from probe_child import PREAMBLE  # noqa: E402
+from probe_child import FROZEN_STEP, PREAMBLE  # noqa: E402
 
 MIB = 1 << 20
 
@@ -70,14 +70,7 @@ out = L.Dense(10, activation="softmax")(L.GlobalAveragePooling2D()(backbone(i2, 
 model = keras.Model(i2, out)
 config = TrainingConfig(batch_size=batch, optimizer="sgd", train_mode="frozen_backbone")
 est = estimate_memory(profile_model(model, backbone=backbone), config)
-model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-xb = np.random.rand(batch, size, size, channels).astype("float32"); yb = np.random.randint(0, 10, size=(batch,))
-model.train_on_batch(xb, yb)
-tf.config.experimental.reset_memory_stats("CPU:0")
-before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-model.train_on_batch(xb, yb)
-peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-resident = est.weights_bytes + est.optimizer_state_bytes
+''' + FROZEN_STEP + r'''resident = est.weights_bytes + est.optimizer_state_bytes
 print("RESULT", json.dumps({"measured": peak - before, "walk": est.peak_bytes - est.allocator_bytes - resident,
                             "engine": est.peak_bytes - resident, "phase": est.peak_phase}))
 '''

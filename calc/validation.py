@@ -35,7 +35,7 @@ def _case(name, size, batch, optimizer, precision="float32", mode="all", **optio
 
 
 # 12 families, batch 1-64, every optimizer family, three precisions, full training
-# and frozen backbones (48 cases). Sizes are chosen so that one case runs in under a minute on
+# and frozen backbones (62 cases). Sizes are chosen so that one case runs in under a minute on
 # a 2-core machine.
 VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("VGG16", 224, 8, "sgd"),
@@ -88,6 +88,23 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("DenseNet121", 224, 24, "sgd", mode="frozen_backbone"),
     _case("ResNet50", 224, 24, "adam", mode="frozen_backbone"),
     _case("Xception", 224, 24, "adam", mode="frozen_backbone"),
+    # A holdout: 14 configurations chosen without looking at the engine, measured after
+    # the allocator simulation went in and before any tuning on them (their first
+    # errors are in docs/MEASUREMENTS.md).
+    _case("MobileNetV3Large", 224, 32, "sgd", mode="frozen_backbone"),
+    _case("EfficientNetV2B1", 240, 12, "adam", mode="frozen_backbone"),
+    _case("ResNet101", 224, 20, "rmsprop", mode="frozen_backbone"),
+    _case("DenseNet169", 224, 12, "adamw", mode="frozen_backbone"),
+    _case("InceptionResNetV2", 299, 8, "adam", mode="frozen_backbone"),
+    _case("NASNetMobile", 224, 32, "sgd", mode="frozen_backbone"),
+    _case("ConvNeXtTiny", 224, 16, "adamw", mode="frozen_backbone"),
+    _case("VGG19", 224, 12, "sgd", mode="frozen_backbone"),
+    _case("ResNet152", 160, 8, "adam"),
+    _case("EfficientNetB2", 260, 6, "nadam"),
+    _case("MobileNetV2", 192, 48, "rmsprop"),
+    _case("Xception", 299, 4, "adamw", "mixed_bfloat16"),
+    _case("DenseNet121", 160, 24, "sgd", "mixed_float16", momentum=True),
+    _case("VGG16", 128, 32, "adagrad"),
 )
 
 

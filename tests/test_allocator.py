@@ -150,3 +150,26 @@ def test_inference_separable_conv_frees_its_input_before_the_pointwise_output():
     # depthwise: image + stem output + depthwise output; pointwise: image + depthwise + output.
     assert timeline["forward sep (depthwise)"] == 3 * one
     assert timeline["forward sep"] == 3 * one
+
+
+def test_two_identical_paddings_of_one_input_are_one_tensor():
+    # TensorFlow's common-subexpression elimination runs one Pad for both layers.
+    padded = 114 * 114 * 64
+    shape, pad_shape = ((112, 112, 64),), ((114, 114, 64),)
+    layers = (
+        LayerStats("stem", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("pad_a", "ZeroPadding2D", (1,), (2,), pad_shape, in_backbone=True),
+        LayerStats("pad_b", "ZeroPadding2D", (1,), (3,), pad_shape, in_backbone=True),
+        LayerStats("a", "Conv2D", (2,), (4,), shape, (1728,), in_backbone=True, detail="kernel_size=(3, 3)"),
+        LayerStats("b", "Conv2D", (3,), (5,), shape, (1728,), in_backbone=True, detail="kernel_size=(5, 5)"),
+        LayerStats("add", "Add", (4, 5), (6,), shape, in_backbone=True),
+        LayerStats("head", "Dense", (6,), (7,), ((10,),), (640, 10), activation="softmax"),
+    )
+    profile = ModelProfile("pads", (112, 112, 64), layers, (MAP, MAP, padded, padded, MAP, MAP, MAP, 10), (0,), (7,))
+    timeline = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+    image, pad = counted_bytes(4 * MAP * 8), counted_bytes(4 * padded * 8)
+    # After pad_a the stem's output is dead (pad_b does not run); pad_b adds nothing.
+    assert timeline["forward pad_a"] == 2 * image + pad
+    assert timeline["forward pad_b"] == image + pad
+    # Branch b reads the one padded tensor: image + padded + a's output + b's output.
+    assert timeline["forward b"] == 3 * image + pad
