@@ -47,6 +47,8 @@ class BuildWorker:
         timeout_s: one build longer than this is stopped (and the child with it).
     """
 
+    command = (sys.executable, "-m", "calc.keras_adapter", "--serve-builds")
+
     def __init__(self, *, max_rss_bytes: int = 3 * 2**30, idle_s: float = 600.0, timeout_s: float = 300.0) -> None:
         self.max_rss_bytes = max_rss_bytes
         self.idle_s = idle_s
@@ -56,6 +58,7 @@ class BuildWorker:
         self._idle_timer: threading.Timer | None = None
         self.started = 0  # children started so far
         self.builds = 0
+        self._pending = b""  # bytes read from the child past its last complete line
 
     @property
     def pid(self) -> int | None:
@@ -70,7 +73,7 @@ class BuildWorker:
                 self._idle_timer.cancel()
             proc = self._ensure_started()
             try:
-                proc.stdin.write(json.dumps(spec_to_dict(spec)) + "\n")
+                proc.stdin.write((json.dumps(spec_to_dict(spec)) + "\n").encode())
                 proc.stdin.flush()
                 line = self._read_reply(proc)
             except (OSError, BuildError) as exc:
@@ -96,30 +99,42 @@ class BuildWorker:
             from calc.measure import child_env
 
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "calc.keras_adapter", "--serve-builds"],
+                list(self.command),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, bufsize=1, env=child_env(),
+                bufsize=0, env=child_env(),
             )
+            self._pending = b""
             self.started += 1
         return self._proc
 
     def _read_reply(self, proc: subprocess.Popen) -> str:
-        """The child's next PROFILE/ERROR line; other output (library chatter) is skipped."""
+        """The child's next PROFILE/ERROR line; other output (library chatter) is skipped.
+
+        Reads the pipe's raw bytes and splits lines itself: a buffered ``readline``
+        after ``select`` can leave the answer in its buffer, where ``select`` no
+        longer sees it, and wait out the timeout (seen when the child printed a line
+        of chatter just before its answer).
+        """
         deadline = time.monotonic() + self.timeout_s
+        fd = proc.stdout.fileno()
         while True:
+            while b"\n" in self._pending:
+                raw, self._pending = self._pending.split(b"\n", 1)
+                line = raw.decode("utf-8", "replace")
+                if line.startswith(("PROFILE ", "ERROR ")):
+                    return line
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BuildError(f"it took more than {self.timeout_s:.0f} s and was stopped")
-            ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if not ready:
                 if proc.poll() is not None:
                     raise BuildError("the builder process ended (out of memory?)")
                 continue
-            line = proc.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
                 raise BuildError("the builder process ended (out of memory?)")
-            if line.startswith(("PROFILE ", "ERROR ")):
-                return line.rstrip("\n")
+            self._pending += chunk
 
     def _arm_idle_timer(self) -> None:
         self._idle_timer = threading.Timer(self.idle_s, self._stop_if_idle)

@@ -155,6 +155,27 @@ def test_a_grown_worker_is_replaced_and_an_idle_one_exits(worker):
     assert worker.pid is None
 
 
+def test_an_answer_behind_chatter_in_one_write_is_read_at_once():
+    # A child that prints a line of library chatter and its answer in one write: a
+    # buffered readline after select() used to keep the answer and wait out the timeout.
+    import sys
+
+    from calc.build_worker import BuildError, BuildWorker
+
+    w = BuildWorker(timeout_s=20)
+    w.command = (sys.executable, "-c", "import sys\nfor line in sys.stdin:\n"
+                 "    sys.stdout.write('chatter\\nERROR \"no such model\"\\n'); sys.stdout.flush()")
+    try:
+        start = time.monotonic()
+        for _ in range(3):
+            with pytest.raises(BuildError, match="^no such model$"):
+                w.build(make_spec("MobileNetV2", 64))
+        assert time.monotonic() - start < 10
+        assert w.started == 1
+    finally:
+        w.close()
+
+
 @pytest.mark.slow
 def test_the_dashboard_server_never_imports_tensorflow():
     import subprocess
