@@ -10,6 +10,7 @@ process per point. Tokens:
     conv:F:K:S:P:B   Conv2D(F, K, strides=S, padding "v"alid / "s"ame, use_bias=B (0/1))
     bn               BatchNormalization          relu   ReLU
     pool             MaxPooling2D(3, strides=2)  sep:F  SeparableConv2D(F, 3, padding="same")
+    fork:E           two branches, each Conv2D(E x C, 1) then Conv2D(C, 1), added
     dense:G          a DenseNet layer: x = concat(x, conv3x3(G)(relu(bn(conv1x1(4G)(relu(bn(x)))))))
 
 Named variants are in VARIANTS; a variant may also be given inline, tokens joined by
@@ -53,6 +54,10 @@ def apply(tok, x):
         return L.Conv2D(int(f), int(k), strides=int(s), padding="valid" if p == "v" else "same", use_bias=b == "1")(x)
     if kind == "sep":
         return L.SeparableConv2D(int(a[0]), 3, padding="same", use_bias=False)(x)
+    if kind == "fork":  # two branches, each 1x1 conv to E x the channels then back; Add
+        c, e = x.shape[-1], int(a[0])
+        branches = [L.Conv2D(c, 1, use_bias=False)(L.Conv2D(e * c, 1, use_bias=False)(x)) for _ in range(2)]
+        return L.Add()(branches)
     if kind == "dense":
         g = int(a[0])
         y = L.ReLU()(L.BatchNormalization()(x))

@@ -168,8 +168,31 @@ def test_two_identical_paddings_of_one_input_are_one_tensor():
     profile = ModelProfile("pads", (112, 112, 64), layers, (MAP, MAP, padded, padded, MAP, MAP, MAP, 10), (0,), (7,))
     timeline = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
     image, pad = counted_bytes(4 * MAP * 8), counted_bytes(4 * padded * 8)
-    # After pad_a the stem's output is dead (pad_b does not run); pad_b adds nothing.
-    assert timeline["forward pad_a"] == 2 * image + pad
-    assert timeline["forward pad_b"] == image + pad
+    # The executor runs branch a to the Add first (pad_a, a), then pad_b (nothing: it
+    # is pad_a's tensor) and b. After pad_a the stem's output is dead.
+    assert [name for name, _ in timeline.items()][1:6] == [f"forward {n}" for n in ("pad_a", "a", "pad_b", "b", "add")]
+    assert timeline["forward pad_a"] == timeline["forward pad_b"] == 2 * image + pad
     # Branch b reads the one padded tensor: image + padded + a's output + b's output.
     assert timeline["forward b"] == 3 * image + pad
+
+
+def test_a_fork_runs_one_branch_to_its_join_before_the_next():
+    # Keras' order is by depth (both expansions, then both reductions); TensorFlow's
+    # executor runs one branch to the Add, then the other: one expanded map at a time.
+    big = 4 * MAP
+    shape, wide = ((112, 112, 64),), ((112, 112, 256),)
+    layers = (
+        LayerStats("stem", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("a_big", "Conv2D", (1,), (2,), wide, (16384,), in_backbone=True),
+        LayerStats("b_big", "Conv2D", (1,), (3,), wide, (16384,), in_backbone=True),
+        LayerStats("a", "Conv2D", (2,), (4,), shape, (16384,), in_backbone=True),
+        LayerStats("b", "Conv2D", (3,), (5,), shape, (16384,), in_backbone=True),
+        LayerStats("add", "Add", (4, 5), (6,), shape, in_backbone=True),
+        LayerStats("head", "Dense", (6,), (7,), ((10,),), (640, 10), activation="softmax"),
+    )
+    profile = ModelProfile("fork", (112, 112, 64), layers, (MAP, MAP, big, big, MAP, MAP, MAP, 10), (0,), (7,))
+    timeline = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+    assert [name for name, _ in timeline.items()][:6] == [f"forward {n}" for n in ("stem", "a_big", "a", "b_big", "b", "add")]
+    image, wide_map = counted_bytes(4 * MAP * 8), counted_bytes(4 * big * 8)
+    # The peak: image + stem output + one expanded map + one branch's result.
+    assert max(timeline.values()) == 3 * image + wide_map
