@@ -4,8 +4,9 @@
 
 Prints: the first render of the Estimator in a fresh process (no profile cached but
 the shipped ones), the re-render after a change of batch size / optimizer /
-precision / GPU (median of 5), a switch to a cached model, and a switch to a model
-that must be built.
+precision / GPU (median of 5), a switch to a cached model, a switch to a model
+that must be built, and the same changes with a frozen backbone (where the curve
+replays the allocator simulation at every drawn batch).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ def main() -> None:
     print(f"switch back to the cached model: {t_cached * 1e3:8.0f} ms", flush=True)
     t_ship = timed(lambda: at.selectbox(key="model").set_value("EfficientNetB0").run())
     print(f"switch to another catalogue model (shipped profile): {t_ship * 1e3:8.0f} ms", flush=True)
+    # A frozen backbone: every drawn batch replays the step through the allocator simulation.
+    t_frozen = timed(lambda: at.selectbox(key="train_mode").set_value("frozen_backbone").run())
+    print(f"switch to a frozen backbone (EfficientNetB0 without top: one Keras build): {t_frozen * 1e3:8.0f} ms",
+          flush=True)
+    for label, (kind, key, values) in list(changes.items())[:2]:
+        times = [timed(lambda v=v: getattr(at, kind)(key=key).set_value(v).run()) for v in values]
+        print(f"frozen, change of {label:10s}: median {statistics.median(times) * 1e3:6.0f} ms, "
+              f"max {max(times) * 1e3:6.0f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -196,3 +196,29 @@ def test_a_fork_runs_one_branch_to_its_join_before_the_next():
     image, wide_map = counted_bytes(4 * MAP * 8), counted_bytes(4 * big * 8)
     # The peak: image + stem output + one expanded map + one branch's result.
     assert max(timeline.values()) == 3 * image + wide_map
+
+
+def test_mixed_inference_batchnorm_normalizes_a_float32_copy():
+    # Keras 3 casts BatchNormalization's 16-bit input to float32, normalizes that copy
+    # in place and casts back: the copy lives with the input, then with the output.
+    profile = frozen_stem()
+    config = TrainingConfig(batch_size=8, precision="mixed_bfloat16", train_mode="frozen_backbone")
+    timeline = dict(step_timeline(profile, config))
+    image, half = counted_bytes(4 * MAP * 8), counted_bytes(2 * MAP * 8)
+    assert timeline["forward l1 (float32 copy)"] == 2 * image + half  # image + conv output + the copy
+    assert timeline["forward l1"] == 2 * image + half  # the conv output died: image + copy + BN output
+    assert "forward l1 (float32 copy)" not in dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+
+
+def test_mixed_inference_casts_each_kernel_at_the_start_and_frees_it_after_its_layer():
+    profile = chain_profile(sizes=(MAP,) * 3, weights=((147456, 64), (), ()), head_weights=(640, 10),
+                            backbone_layers=3)
+    mixed = dict(step_timeline(profile, TrainingConfig(batch_size=8, precision="mixed_float16",
+                                                        train_mode="frozen_backbone")))
+    image, half = counted_bytes(4 * MAP * 8), counted_bytes(2 * MAP * 8)
+    kernel = counted_bytes(2 * 147456)  # the 16-bit copy of the conv's float32 kernel
+    weights = counted_bytes(4 * 147456)  # the variable itself
+    # The conv: the float32 image, its 16-bit cast for the layer, the output, the kernel copy.
+    assert mixed["forward l0"] == weights + image + half + half + kernel
+    # After the conv the copy is gone: image + conv output + BN's float32 copy.
+    assert mixed["forward l1 (float32 copy)"] == weights + 2 * image + half
