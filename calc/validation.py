@@ -22,20 +22,21 @@ DATA_DIR = Path(__file__).parent / "data"
 CPU_DATA = DATA_DIR / "validation_cpu.json"
 
 
-def _case(name, size, batch, optimizer, precision="float32", mode="all", **options):
+def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=0, **options):
     spec = make_spec(name, size, include_top=(mode == "all" and not options.pop("head", False)))
     config = TrainingConfig(
         batch_size=batch,
         optimizer=optimizer,
         precision=precision,
         train_mode=mode,
+        last_n_layers=last_n,
         optimizer_options=OptimizerOptions(**options),
     )
     return spec, config
 
 
 # 12 families, batch 1-64, every optimizer family, three precisions, full training
-# and frozen backbones (65 cases). Sizes are chosen so that one case runs in under a minute on
+# and frozen backbones (68 cases). Sizes are chosen so that one case runs in under a minute on
 # a 2-core machine.
 VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("VGG16", 224, 8, "sgd"),
@@ -109,6 +110,10 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("ResNet50", 224, 16, "adam", "mixed_float16", mode="frozen_backbone"),
     _case("EfficientNetB0", 224, 32, "sgd", "mixed_bfloat16", mode="frozen_backbone"),
     _case("MobileNetV2", 160, 48, "adam", "mixed_float16", mode="frozen_backbone"),
+    # The last N layers trained (none above), measured after everything before them.
+    _case("ResNet50", 224, 16, "adam", mode="last_n", last_n=20),
+    _case("EfficientNetB0", 224, 32, "sgd", mode="last_n", last_n=30, momentum=True),
+    _case("MobileNetV2", 224, 32, "rmsprop", mode="last_n", last_n=10),
 )
 
 
@@ -116,7 +121,9 @@ def case_id(spec: ModelSpec, config: TrainingConfig) -> str:
     opts = config.optimizer_options
     flags = [f for f in ("momentum", "amsgrad", "centered", "use_ema") if getattr(opts, f)]
     parts = [spec.key, f"b{config.batch_size}", config.optimizer.value, *flags, config.precision.value]
-    if config.train_mode.value != "all":
+    if config.train_mode.value == "last_n":
+        parts.append(f"last_{config.last_n_layers}_layers")
+    elif config.train_mode.value != "all":
         parts.append(config.train_mode.value)
     return " ".join(parts)
 
