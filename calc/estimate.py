@@ -345,7 +345,8 @@ def _executor_order(layers, producer) -> list[int]:
             ready.reverse()
             node = ready.pop() if ready else None  # the first made ready
             pool.extendleft(ready)  # the others, the last at the front
-    return order
+    # A ledger whose rows read a later row's output (not a graph Keras builds) keeps its order.
+    return order if len(order) == n else list(range(n))
 
 
 def _first_stage(layer, precision: Precision, input_bytes: int, input_elements: int) -> tuple[int, str]:

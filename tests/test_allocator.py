@@ -222,3 +222,15 @@ def test_mixed_inference_casts_each_kernel_at_the_start_and_frees_it_after_its_l
     assert mixed["forward l0"] == weights + image + half + half + kernel
     # After the conv the copy is gone: image + conv output + BN's float32 copy.
     assert mixed["forward l1 (float32 copy)"] == weights + 2 * image + half
+
+
+def test_the_walk_follows_the_graph_even_when_the_ledger_lists_a_reader_first():
+    from calc.estimate import _executor_order
+
+    shape = ((112, 112, 64),)
+    late = LayerStats("late", "ReLU", (2,), (1,), shape)  # reads the next row's output
+    early = LayerStats("early", "Conv2D", (0,), (2,), shape, (1728,))
+    assert _executor_order((late, early), [-1, 0, 1]) == [1, 0]
+    # Rows that read each other (no graph Keras builds) keep the ledger's order.
+    loop = LayerStats("loop", "Conv2D", (1,), (2,), shape, (1728,))
+    assert _executor_order((late, loop), [-1, 0, 1]) == [0, 1]
