@@ -10,6 +10,7 @@ process per point. Tokens:
     conv:F:K:S:P:B   Conv2D(F, K, strides=S, padding "v"alid / "s"ame, use_bias=B (0/1))
     bn               BatchNormalization          relu   ReLU
     pool             MaxPooling2D(3, strides=2)  sep:F  SeparableConv2D(F, 3, padding="same")
+    xblock:F         Xception's entry block (strided 1x1 residual; two separable convs, pool; Add)
     fork:E           two branches, each Conv2D(E x C, 1) then Conv2D(C, 1), added
     dense:G          a DenseNet layer: x = concat(x, conv3x3(G)(relu(bn(conv1x1(4G)(relu(bn(x)))))))
 
@@ -59,6 +60,12 @@ def apply(tok, x):
         c, e = x.shape[-1], int(a[0])
         branches = [L.Conv2D(c, 1, use_bias=False)(L.Conv2D(e * c, 1, use_bias=False)(x)) for _ in range(2)]
         return L.Add()(branches)
+    if kind == "xblock":  # Xception's entry block: a strided 1x1 residual beside two separable convs
+        f = int(a[0])
+        residual = L.BatchNormalization()(L.Conv2D(f, 1, strides=2, padding="same", use_bias=False)(x))
+        y = L.BatchNormalization()(L.SeparableConv2D(f, 3, padding="same", use_bias=False)(x))
+        y = L.BatchNormalization()(L.SeparableConv2D(f, 3, padding="same", use_bias=False)(L.ReLU()(y)))
+        return L.Add()([L.MaxPooling2D(3, strides=2, padding="same")(y), residual])
     if kind == "dense":
         g = int(a[0])
         y = L.ReLU()(L.BatchNormalization()(x))

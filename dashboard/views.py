@@ -280,5 +280,5 @@ FROZEN_BACKBONE_NOTE = (
     "Frozen backbone: this step peaks in the forward pass, where TensorFlow's allocator hands out whole "
     "chunks, so the real peak jumps between neighbouring batch sizes and differs between runs of the same "
     "step by up to ~15 %. The estimate simulates the allocator at every batch (the grey 'allocator' part); "
-    "on 74 measured points it was off by -11 % to +13 % (docs/BFC_SIM.md). Keep a safety margin of "
-    "15 % or more before trusting the largest batch.")
+    "on 86 measured points it was off by -24 % to +13 %, median 3-5 % (docs/BFC_SIM.md). Keep a safety "
+    "margin of 25 % before trusting the largest batch.")

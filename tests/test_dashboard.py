@@ -294,5 +294,5 @@ def test_optimizer_options_reach_the_engine_and_the_link():
 
 def test_frozen_backbone_estimates_carry_their_known_error():
     at = app({**SMALL, "train_mode": "frozen_backbone"})
-    assert any("Frozen backbone" in w.value and "15 %" in w.value for w in at.warning)
+    assert any("Frozen backbone" in w.value and "margin of 25 %" in w.value for w in at.warning)
     assert not any("Frozen backbone" in w.value for w in app().warning)
