@@ -12,6 +12,7 @@ process per point. Tokens:
     pool             MaxPooling2D(3, strides=2)  sep:F  SeparableConv2D(F, 3, padding="same")
     xblock:F         Xception's entry block (strided 1x1 residual; two separable convs, pool; Add)
     fork:E           two branches, each Conv2D(E x C, 1) then Conv2D(C, 1), added
+    app:NAME:LAYER   (alone) keras.applications.NAME without its top, cut after LAYER ("all": whole)
     dense:G          a DenseNet layer: x = concat(x, conv3x3(G)(relu(bn(conv1x1(4G)(relu(bn(x)))))))
 
 Named variants are in VARIANTS; a variant may also be given inline, tokens joined by
@@ -73,10 +74,15 @@ def apply(tok, x):
         return L.Concatenate()([x, L.Conv2D(g, 3, padding="same", use_bias=False)(y)])
     return {"bn": L.BatchNormalization, "relu": L.ReLU, "pool": lambda: L.MaxPooling2D(3, strides=2)}[kind]()(x)
 
-inp = keras.Input((size, size, channels)); x = inp
-for tok in tokens:
-    x = apply(tok, x)
-backbone = keras.Model(inp, x)
+if tokens[0].startswith("app:"):  # a catalogue model cut after one of its layers
+    _, app_name, cut = tokens[0].split(":")
+    app = getattr(keras.applications, app_name)(weights=None, include_top=False, input_shape=(size, size, channels))
+    backbone = keras.Model(app.input, app.output if cut == "all" else app.get_layer(cut).output)
+else:
+    inp = keras.Input((size, size, channels)); x = inp
+    for tok in tokens:
+        x = apply(tok, x)
+    backbone = keras.Model(inp, x)
 backbone.trainable = False
 i2 = keras.Input((size, size, channels))
 out = L.Dense(10, activation="softmax")(L.GlobalAveragePooling2D()(backbone(i2, training=False)))
