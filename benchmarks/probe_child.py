@@ -57,7 +57,7 @@ FROZEN_VARIANTS = {
 # One warm-up step, reset, one measured step of ``model`` on a random batch: defines
 # ``before`` (allocator current before the step) and ``peak`` (its peak), CPU:0.
 FROZEN_STEP = r'''
-model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+model.compile(optimizer=globals().get("optimizer", "sgd"), loss="sparse_categorical_crossentropy")
 xb = np.random.rand(batch, *model.input_shape[1:]).astype("float32"); yb = np.random.randint(0, 10, size=(batch,))
 model.train_on_batch(xb, yb)
 tf.config.experimental.reset_memory_stats("CPU:0")

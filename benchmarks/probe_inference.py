@@ -1,6 +1,6 @@
 """Frozen (inference-mode) stacks of layers: measured step vs the engine, per variant.
 
-    python benchmarks/probe_inference.py [--size 160] [--channels 3] [--batches 16,32] [--precision P] VARIANT ...
+    python benchmarks/probe_inference.py [--size 160] [--channels 3] [--batches 16,32] [--precision P] [--optimizer O] VARIANT ...
 
 A variant is a sequence of layer tokens run as a frozen backbone (``training=False``)
 under a trainable GlobalAveragePooling + Dense(10) head, SGD, the measurement protocol
@@ -47,7 +47,7 @@ VARIANTS = {
 }
 
 CHILD = PREAMBLE + r'''
-tokens, size, channels, batch, precision = TOKENS, SIZE, CHANNELS, BATCH, PRECISION
+tokens, size, channels, batch, precision, optimizer = TOKENS, SIZE, CHANNELS, BATCH, PRECISION, OPTIMIZER
 keras.mixed_precision.set_global_policy(precision)
 
 def apply(tok, x):
@@ -87,7 +87,7 @@ backbone.trainable = False
 i2 = keras.Input((size, size, channels))
 out = L.Dense(10, activation="softmax")(L.GlobalAveragePooling2D()(backbone(i2, training=False)))
 model = keras.Model(i2, out)
-config = TrainingConfig(batch_size=batch, optimizer="sgd", train_mode="frozen_backbone", precision=precision)
+config = TrainingConfig(batch_size=batch, optimizer=optimizer, train_mode="frozen_backbone", precision=precision)
 est = estimate_memory(profile_model(model, backbone=backbone), config)
 ''' + FROZEN_STEP + r'''resident = est.weights_bytes + est.optimizer_state_bytes
 print("RESULT", json.dumps({"measured": peak - before, "walk": est.peak_bytes - est.allocator_bytes - resident,
@@ -95,9 +95,11 @@ print("RESULT", json.dumps({"measured": peak - before, "walk": est.peak_bytes - 
 '''
 
 
-def run(tokens: list[str], size: int, channels: int, batch: int, precision: str = "float32") -> dict | None:
+def run(tokens: list[str], size: int, channels: int, batch: int, precision: str = "float32",
+        optimizer: str = "sgd") -> dict | None:
     code = (CHILD.replace("ROOT", repr(ROOT)).replace("TOKENS", repr(tokens)).replace("SIZE", str(size))
-            .replace("CHANNELS", str(channels)).replace("BATCH", str(batch)).replace("PRECISION", repr(precision)))
+            .replace("CHANNELS", str(channels)).replace("BATCH", str(batch)).replace("PRECISION", repr(precision))
+            .replace("OPTIMIZER", repr(optimizer)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     if line is None:
@@ -119,11 +121,12 @@ def main(argv: list[str]) -> None:
     channels = int(option("--channels", "3"))
     batches = [int(b) for b in option("--batches", "32").split(",")]
     precision = option("--precision", "float32")
+    optimizer = option("--optimizer", "sgd")
     names = argv or list(VARIANTS)
     for batch in batches:
         for name in names:
             tokens = (VARIANTS[name] if name in VARIANTS else name.replace(",", " ")).split()
-            r = run(tokens, size, channels, batch, precision)
+            r = run(tokens, size, channels, batch, precision, optimizer)
             if r:
                 print(f"{name:16s} b{batch:<4d} {size}px  measured {r['measured'] / MIB:7.1f}  walk {r['walk'] / MIB:7.1f}"
                       f"  engine {r['engine'] / MIB:7.1f} MiB  (step above resident; peak at {r['phase']})", flush=True)
