@@ -13,6 +13,7 @@ some batch are kept (``_prune``) and evaluated per batch.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -321,8 +322,6 @@ def _executor_order(layers, producer) -> list[int]:
     Xception 224 px b16 frozen was -22 %). NASNetMobile frozen b8 / b16 / b32 went from
     +30 / +33 / +17 % to +16 / +9 / +11 %; no other validation case moved.
     """
-    from collections import deque
-
     n = len(layers)
     succ: list[list[int]] = [[] for _ in range(n)]
     pending = [0] * n
@@ -343,9 +342,9 @@ def _executor_order(layers, producer) -> list[int]:
                 if not pending[s]:
                     ready.append(s)
             ready.reverse()
-            node = ready.pop() if ready else None  # the first made ready
-            pool.extendleft(ready)  # the others, the last at the front
-    # A ledger whose rows read a later row's output (not a graph Keras builds) keeps its order.
+            node = ready.pop() if ready else None  # the first made ready runs next
+            pool.extendleft(ready)  # the others wait at the front, the second first
+    # Rows that read each other (no graph Keras builds) are walked in the ledger's order.
     return order if len(order) == n else list(range(n))
 
 
