@@ -21,30 +21,37 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE  # noqa: E402
+from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE, last_line, run_child  # noqa: E402
+
+from calc.allocator import rounded  # noqa: E402
 
 MIB = 1 << 20
 
 SWEEPS = os.path.join(ROOT, "calc", "data", "frozen_sweeps_cpu.json")
 
+class _ExactPool:
+    """Every request at its 256-rounded size, no chunks: the live bytes."""
+
+    def __init__(self, resident: int) -> None:
+        self.in_use = self.peak = resident
+
+    def alloc(self, nbytes: int) -> int:
+        size = rounded(nbytes)
+        self.in_use += size
+        self.peak = max(self.peak, self.in_use)
+        return size
+
+    def free(self, size: int) -> None:
+        self.in_use -= size
+
+
 def exact_peak(profile, config) -> int:
     """The simulation's events with every request at its exact size: live bytes, no chunks."""
-    from calc.estimate import UNTRACKED_BELOW, _allocator_events, _resident_requests, _without_batch
-    from calc.allocator import rounded
+    from calc.estimate import UNTRACKED_BELOW, _allocator_events, _resident_requests, _without_batch, replay
 
-    batch = config.per_replica_batch
-    cur = sum(rounded(n) for n in _resident_requests(profile, config) if n >= UNTRACKED_BELOW)
-    best, live = cur, {}
-    for ev in _allocator_events(profile, _without_batch(config)):
-        if ev[0] == "a":
-            n = ev[2] * batch + ev[3]
-            if n >= UNTRACKED_BELOW:
-                live[ev[1]] = rounded(n)
-                cur += live[ev[1]]
-                best = max(best, cur)
-        elif ev[0] == "f" and ev[1] in live:
-            cur -= live.pop(ev[1])
-    return best
+    pool = _ExactPool(sum(rounded(n) for n in _resident_requests(profile, config) if n >= UNTRACKED_BELOW))
+    replay(pool, _allocator_events(profile, _without_batch(config)), config.per_replica_batch)
+    return pool.peak
 
 
 def _row(label: str, measured_mib: float, profile, config) -> float:
@@ -175,7 +182,6 @@ steps, batch, size = STEPS.split(), BATCH, SIZE
 
 def measure(argv: list[str]) -> None:
     """probe_frozen.py's measurement (same model and protocol), one fresh process per run."""
-    import subprocess
 
     batches = [int(b) for b in argv[argv.index("--batches") + 1].split(",")] if "--batches" in argv else [16]
     size = int(argv[argv.index("--size") + 1]) if "--size" in argv else 112
@@ -184,12 +190,11 @@ def measure(argv: list[str]) -> None:
         for name in names:
             code = ((PREAMBLE + MEASURE_CHILD).replace("ROOT", repr(ROOT)).replace("STEPS", repr(PROBE_VARIANTS[name]))
                     .replace("BATCH", str(batch)).replace("SIZE", str(size)))
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-            line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
-            if line is None:
-                print(f"{name} b{batch}: failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
+            try:
+                r = run_child(code)
+            except RuntimeError as exc:
+                print(f"{name} b{batch}: failed: {last_line(exc)}", flush=True)
                 continue
-            r = json.loads(line[7:])
             print(f"MEASURED {name} b{batch} {size}px step {r['measured'] / MIB:.1f} MiB (resident {r['before'] / MIB:.1f})",
                   flush=True)
 

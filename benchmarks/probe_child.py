@@ -65,3 +65,24 @@ before = tf.config.experimental.get_memory_info("CPU:0")["current"]
 model.train_on_batch(xb, yb)
 peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
 '''
+
+
+def run_child(code: str, timeout: float = 300) -> dict:
+    """Runs a probe's child code in a fresh Python process and returns its ``RESULT {json}``.
+
+    Raises RuntimeError with the end of the child's stderr when no result came back.
+    """
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(out.stderr[-2000:])
+
+
+def last_line(exc: Exception) -> list[str]:
+    """The last line of a failed child's stderr, as the probes print it."""
+    return str(exc).strip().splitlines()[-1:]

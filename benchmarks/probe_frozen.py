@@ -11,14 +11,12 @@ by the engine on the same model. Prints MiB and the unit: one float32 96-channel
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE  # noqa: E402  (beside this script)
+from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE, last_line, run_child  # noqa: E402
 
 VARIANTS = FROZEN_VARIANTS
 
@@ -39,12 +37,11 @@ def main(argv: list[str]) -> None:
     for name in names:
         code = (CHILD.replace("ROOT", repr(ROOT)).replace("STEPS", repr(VARIANTS[name]))
                 .replace("BATCH", str(batch)).replace("SIZE", str(size)))
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-        line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
-        if line is None:
-            print(f"{name}: failed: {out.stderr.strip().splitlines()[-1:]}")
+        try:
+            r = run_child(code)
+        except RuntimeError as exc:
+            print(f"{name}: failed: {last_line(exc)}")
             continue
-        r = json.loads(line[7:])
         print(f"{name:22s} measured {r['measured'] / 2**20:7.1f}  estimated {r['estimated'] / 2**20:7.1f}"
               f"  ({r['measured'] / 2**20 / unit:4.2f} vs {r['estimated'] / 2**20 / unit:4.2f} maps)  {r['phase']}", flush=True)
 

@@ -22,14 +22,12 @@ commas. Prints the step above the resident bytes, measured and as the engine pre
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from probe_child import FROZEN_STEP, PREAMBLE  # noqa: E402
+from probe_child import FROZEN_STEP, PREAMBLE, last_line, run_child  # noqa: E402
 
 MIB = 1 << 20
 
@@ -100,12 +98,11 @@ def run(tokens: list[str], size: int, channels: int, batch: int, precision: str 
     code = (CHILD.replace("ROOT", repr(ROOT)).replace("TOKENS", repr(tokens)).replace("SIZE", str(size))
             .replace("CHANNELS", str(channels)).replace("BATCH", str(batch)).replace("PRECISION", repr(precision))
             .replace("OPTIMIZER", repr(optimizer)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
-    if line is None:
-        print(f"  failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
+    try:
+        return run_child(code, timeout=600)
+    except RuntimeError as exc:
+        print(f"  failed: {last_line(exc)}", flush=True)
         return None
-    return json.loads(line[7:])
 
 
 def main(argv: list[str]) -> None:

@@ -12,14 +12,12 @@ show. Prints one line per probe.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from probe_child import PREAMBLE  # noqa: E402  (beside this script)
+from probe_child import PREAMBLE, run_child  # noqa: E402  (beside this script)
 
 KINDS = {
     "conv": "L.Conv2D(16, 3, padding='same')",
@@ -88,11 +86,7 @@ print("RESULT", json.dumps({"measured": peak, "estimated": est.peak_bytes, "phas
 def run(kind: str, k: int, batch: int, precision: str) -> dict:
     code = CHILD.replace("ROOT", repr(ROOT)).replace("KIND", repr(kind)).replace("SPEC", KINDS[kind])
     code = code.replace("K, BATCH, PRECISION", f"{k}, {batch}, {precision!r}")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(out.stderr[-2000:])
+    return run_child(code)
 
 
 def main() -> None:

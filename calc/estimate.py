@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from calc.allocator import BFC, Chunk
+from calc.allocator import BFC
 from calc.optimizers import early_temporaries, slots_per_variable, update_scratch
 from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
@@ -547,10 +547,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     outputs = {alias[t] for t in profile.output_ids}
 
     ledger = _Ledger(record)
-    trainable_elements = [
-        e for i, l in enumerate(layers) if has_weights[i] for e in l.trainable_weight_elements
-    ]
-    all_weights = [e for l in layers for e in (*l.trainable_weight_elements, *l.non_trainable_weight_elements)]
+    all_weights, trainable_elements = _variable_elements(profile, trained)
     ledger.fixed[W] = sum(counted_bytes(FLOAT32 * e) for e in all_weights)
     slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
     ledger.fixed[OPT] = slots * sum(counted_bytes(FLOAT32 * e) for e in trainable_elements)
@@ -804,14 +801,19 @@ def _allocator_events(profile: ModelProfile, config: TrainingConfig) -> tuple[tu
     return tuple(_simulate(profile, config, record=True)[2])
 
 
+def _variable_elements(profile: ModelProfile, trained: list[bool]) -> tuple[list[int], list[int]]:
+    """Elements of every variable, and of the trained ones (which get optimizer slots)."""
+    every = [e for l in profile.layers for e in (*l.trainable_weight_elements, *l.non_trainable_weight_elements)]
+    trainable = [e for t, l in zip(trained, profile.layers) if t and l.trainable_params > 0
+                 for e in l.trainable_weight_elements]
+    return every, trainable
+
+
 def _resident_requests(profile: ModelProfile, config: TrainingConfig) -> list[int]:
     """Bytes of each variable, then of each optimizer slot, in the order Keras makes them."""
-    trained, _ = _trainable_flags(profile, config)
-    weights = [FLOAT32 * e for l in profile.layers for e in (*l.trainable_weight_elements, *l.non_trainable_weight_elements)]
+    every, trainable = _variable_elements(profile, _trainable_flags(profile, config)[0])
     slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
-    trainable = [FLOAT32 * e for t, l in zip(trained, profile.layers) if t and l.trainable_params > 0
-                 for e in l.trainable_weight_elements]
-    return weights + [s for s in trainable for _ in range(slots)]
+    return [FLOAT32 * e for e in every] + [FLOAT32 * e for e in trainable for _ in range(slots)]
 
 
 def allocator_peak(profile: ModelProfile, config: TrainingConfig) -> int:
@@ -843,18 +845,26 @@ def _allocator_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -
     # first gave the same peaks on the 41 measured frozen points (docs/BFC_SIM.md), at
     # twice the cost, so the step is replayed once.
     bfc.reset_peak()
-    live: dict[int, Chunk] = {}
+    replay(bfc, events, batch)
+    return bfc.peak
+
+
+def replay(pool, events, batch: int) -> None:
+    """Places one step's allocation events, at this batch, in ``pool`` (its ``alloc`` / ``free``).
+
+    Requests the allocator's statistics do not count (under 256 KiB) are left out.
+    """
+    live = {}
     for ev in events:
         kind = ev[0]
         if kind == "a":
             nbytes = ev[2] * batch + ev[3]
             if nbytes >= UNTRACKED_BELOW:
-                live[ev[1]] = bfc.alloc(nbytes)
+                live[ev[1]] = pool.alloc(nbytes)
         elif kind == "f":
-            chunk = live.pop(ev[1], None)
-            if chunk is not None:
-                bfc.free(chunk)
-    return bfc.peak
+            handle = live.pop(ev[1], None)
+            if handle is not None:
+                pool.free(handle)
 
 
 def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: range | list[int]) -> list[int]:
