@@ -77,11 +77,13 @@ def curve_batches(top: int, step: int, marks: tuple[int, ...], *, dense: int = 6
     """Global batches where the curve is evaluated: multiples of ``step`` (GPUs).
 
     Every batch up to ``dense`` devices' worth, then about ``points`` log-spaced ones up
-    to ``top``, plus the marked batches (current, largest that fits, the next one). The
-    peak is linear in the batch between the few batches where the allocator's chunk
-    rules switch (calc/estimate.py), where it steps by up to ~1-2 %: a few hundred
-    points draw the curve of every batch to within that step on the chart's log axis,
-    and every drawn point is exact.
+    to ``top``, plus the marked batches (current, largest that fits, the next one). In
+    full training the peak is linear in the batch between the few batches where the
+    allocator's chunk rules switch (calc/estimate.py), where it steps by up to ~1-2 %:
+    a few hundred points draw the curve of every batch to within that step on the
+    chart's log axis. With part of the model in inference the simulated allocator makes
+    the peak jump between neighbouring batches, and the line between drawn points is
+    only a guide. Every drawn point is exact.
     """
     per_device_top = max(1, top // step)
     chosen = set(range(1, min(dense, per_device_top) + 1))
