@@ -1,7 +1,7 @@
 """ConvNeXt-style blocks: which part adds batch-independent memory to a training step.
 
     python benchmarks/probe_grouped_conv.py                 # the default sweep below
-    python benchmarks/probe_grouped_conv.py dw C=512 K=7 G=1 B=1 S=6 n=1
+    python benchmarks/probe_grouped_conv.py dw C=512 K=7 G=1 B=1 S=6 n=1 [P=mixed_bfloat16]
 
 Each run is a fresh process (the MEMORY_FACTS.md protocol, 1x1 threads, SGD): n blocks
 of [Conv2D(C, K, groups=C/G) if "dw" in the variant, LayerNormalization if "ln",
@@ -32,7 +32,14 @@ import keras, numpy as np
 from keras import layers as L
 variant = sys.argv[1]
 cfg = dict(C=256, K=7, G=1, B=1, S=6, n=1)
-cfg.update({k: int(v) for k, v in (a.split("=") for a in sys.argv[2:])})
+precision = "float32"
+for a in sys.argv[2:]:
+    k, v = a.split("=")
+    if k == "P":
+        precision = v
+    else:
+        cfg[k] = int(v)
+keras.config.set_dtype_policy(precision)
 C, K, G, B, S, n = (cfg[k] for k in "CKGBSn")
 inp = keras.Input((S, S, C)); x = inp
 for _ in range(n):

@@ -46,6 +46,7 @@ KINDS = {
     "onerelu": "'onerelu'",
     "concat": "'concat'",
     "se": "'se'",
+    "cnblock": "'cnblock'",
 }
 
 CHILD = PREAMBLE + r'''
@@ -63,6 +64,12 @@ for _ in range(k):
         x = L.Add()([L.Conv2D(16, 3, padding="same")(a), L.Conv2D(16, 3, padding="same")(b)])
     elif spec == "concat":
         y = L.Conv2D(8, 1)(x); x = L.Concatenate()([x, y]); x = L.Conv2D(16, 1)(x)
+    elif spec == "cnblock":
+        # One ConvNeXt block as keras.applications builds it (convnext.py ConvNeXtBlock).
+        from keras.src.applications.convnext import LayerScale
+        y = L.Conv2D(16, 7, padding="same", groups=16)(x); y = L.LayerNormalization(epsilon=1e-6)(y)
+        y = L.Dense(64)(y); y = L.Activation("gelu")(y); y = L.Dense(16)(y)
+        y = LayerScale(1e-6, 16)(y); x = L.Add()([x, L.Activation("linear")(y)])
     elif spec == "se":
         s = L.GlobalAveragePooling2D(keepdims=True)(x); s = L.Conv2D(16, 1, activation="sigmoid")(s); x = L.Multiply()([x, s])
     else:

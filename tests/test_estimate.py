@@ -271,8 +271,10 @@ def test_depthwise_as_grouped_conv_adds_xla_dense_filter_gradient():
     depthwise = estimate_memory(_grouped_conv_profile(True), config)
     dense_filter = 4 * 49 * 512 * 512
     assert depthwise.backward_transient_bytes >= 2 * dense_filter
+    # The dense filter is float32 under mixed precision too (probe: the same 120 MiB
+    # under float32 and mixed_bfloat16 at C=512).
     bf16 = estimate_memory(_grouped_conv_profile(True), TrainingConfig(batch_size=1, optimizer="sgd", precision="mixed_bfloat16"))
-    assert dense_filter <= bf16.backward_transient_bytes < 2 * dense_filter
+    assert bf16.backward_transient_bytes >= 2 * dense_filter
     two_per_group = estimate_memory(_grouped_conv_profile(False), config)
     assert two_per_group.backward_transient_bytes < dense_filter
 
