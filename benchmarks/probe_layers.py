@@ -47,6 +47,7 @@ KINDS = {
     "concat": "'concat'",
     "se": "'se'",
     "cnblock": "'cnblock'",
+    "denseblock": "'denseblock'",
 }
 
 CHILD = PREAMBLE + r'''
@@ -70,6 +71,11 @@ for _ in range(k):
         y = L.Conv2D(16, 7, padding="same", groups=16)(x); y = L.LayerNormalization(epsilon=1e-6)(y)
         y = L.Dense(64)(y); y = L.Activation("gelu")(y); y = L.Dense(16)(y)
         y = LayerScale(1e-6, 16)(y); x = L.Add()([x, L.Activation("linear")(y)])
+    elif spec == "denseblock":
+        # One DenseNet conv block (densenet.py conv_block): BN-ReLU-1x1 conv-BN-ReLU-3x3 conv, concat.
+        y = L.BatchNormalization(epsilon=1.001e-5)(x); y = L.Activation("relu")(y); y = L.Conv2D(32, 1, use_bias=False)(y)
+        y = L.BatchNormalization(epsilon=1.001e-5)(y); y = L.Activation("relu")(y)
+        y = L.Conv2D(8, 3, padding="same", use_bias=False)(y); x = L.Concatenate()([x, y])
     elif spec == "se":
         s = L.GlobalAveragePooling2D(keepdims=True)(x); s = L.Conv2D(16, 1, activation="sigmoid")(s); x = L.Multiply()([x, s])
     else:

@@ -277,19 +277,22 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
     # with a 1000-class head the first steps all overflow (benchmarks/probe_loss_scale.py).
     # Training spends its time in steps that apply their update, and the engine predicts
     # those, so the warm-up goes on until one has, and the measured step must apply its own.
-    updates = getattr(model.optimizer, "inner_optimizer", model.optimizer).iterations
+    # With gradient accumulation ``iterations`` is a fresh tensor (steps // N) on every
+    # read, so it is read again after each step; the update applies on every Nth step.
+    inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
 
     def step_applies_update() -> bool:
-        done = int(updates.numpy())
+        done = int(keras.ops.convert_to_numpy(inner.iterations))
         model.train_on_batch(x, y)
-        return int(updates.numpy()) > done
+        return int(keras.ops.convert_to_numpy(inner.iterations)) > done
 
+    limit = MAX_WARMUP_STEPS * config.gradient_accumulation_steps
     warmup = 1
     while not step_applies_update():
-        if warmup >= MAX_WARMUP_STEPS:
+        if warmup >= limit:
             raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
         warmup += 1
-    for _ in range(MAX_WARMUP_STEPS):
+    for _ in range(limit):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
         applied = step_applies_update()  # reading the scalar counter allocates nothing tracked
@@ -297,7 +300,7 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
         if applied:
             break
     else:
-        raise RuntimeError(f"the measured step skipped its update {MAX_WARMUP_STEPS} times")
+        raise RuntimeError(f"the measured step skipped its update {limit} times")
     return {
         "peak_bytes": int(info["peak"]),
         "current_before_bytes": int(before),

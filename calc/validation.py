@@ -22,7 +22,7 @@ DATA_DIR = Path(__file__).parent / "data"
 CPU_DATA = DATA_DIR / "validation_cpu.json"
 
 
-def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=0, **options):
+def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=0, accum=1, **options):
     spec = make_spec(name, size, include_top=(mode == "all" and not options.pop("head", False)))
     config = TrainingConfig(
         batch_size=batch,
@@ -30,6 +30,7 @@ def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=
         precision=precision,
         train_mode=mode,
         last_n_layers=last_n,
+        gradient_accumulation_steps=accum,
         optimizer_options=OptimizerOptions(**options),
     )
     return spec, config
@@ -134,6 +135,10 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("ResNet152V2", 224, 8, "adamax"),
     _case("MobileNet", 224, 16, "adam", "mixed_bfloat16", mode="frozen_backbone"),
     _case("InceptionResNetV2", 299, 4, "sgd"),
+    # Gradient accumulation (the measured step is one that applies the update).
+    _case("ResNet50", 160, 16, "adam", accum=4),
+    _case("MobileNetV2", 224, 32, "sgd", accum=2, momentum=True),
+    _case("EfficientNetB0", 224, 16, "adamw", "mixed_bfloat16", accum=2),
 )
 
 
@@ -141,6 +146,8 @@ def case_id(spec: ModelSpec, config: TrainingConfig) -> str:
     opts = config.optimizer_options
     flags = [f for f in ("momentum", "amsgrad", "centered", "use_ema") if getattr(opts, f)]
     parts = [spec.key, f"b{config.batch_size}", config.optimizer.value, *flags, config.precision.value]
+    if config.gradient_accumulation_steps > 1:
+        parts.append(f"accumulate_{config.gradient_accumulation_steps}")
     if config.train_mode.value == "last_n":
         parts.append(f"last_{config.last_n_layers}_layers")
     elif config.train_mode.value != "all":

@@ -79,6 +79,18 @@ def test_measure_json_components_sum_to_the_peak():
 
 
 @pytest.mark.slow
+def test_measure_with_gradient_accumulation_measures_an_update_step():
+    # Keras' ``iterations`` is steps // N under accumulation, a new tensor on each read:
+    # the protocol once read it only once and never saw an update applied.
+    r = run("measure", "--model", "MobileNetV2", "--image-size", "64", "--batch-size", "4", "--optimizer", "sgd",
+            "--grad-accum", "3", "--repeats", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["gradient_accumulation_steps"] == 3
+    assert out["peak_bytes"] == sum(out["components"].values())
+
+
+@pytest.mark.slow
 def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
     import keras
 
