@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calc.estimate import (
+    accumulator_reset_parameters,
     early_temporaries_per_variable,
     estimate_memory,
     fit_on_gpu,
@@ -162,6 +163,7 @@ class FormulaNumbers:
     weights_params: int
     trainable_params: int
     slots: int
+    reset_constant_params: int  # zeros constants that reset gradient accumulators (0 without accumulation)
     early_per_param: int  # optimizer temporaries made before the gradient, per trainable parameter
     breakdown: MemoryBreakdown
     kept_per_sample: int
@@ -191,6 +193,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         weights_params=profile.total_params,
         trainable_params=profile.trainable_params,
         slots=slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps),
+        reset_constant_params=accumulator_reset_parameters(profile, config),
         early_per_param=early_temporaries_per_variable(config),
         breakdown=b,
         kept_per_sample=sum(plan.kept_per_sample),

@@ -15,14 +15,20 @@ n = views.formula_numbers(profile, inputs, gpu, views.measured_for(inputs))
 b = n.breakdown
 f = lambda x: views.fmt(x, inputs, 3)  # noqa: E731
 
+accumulation = resets = ""
+if n.reset_constant_params:
+    accumulation = (", one of them the gradient accumulator; TensorFlow also keeps the zeros that reset the "
+                    "accumulators as constants, one per distinct variable shape")
+    resets = f" + {n.reset_constant_params:,}"
+
 st.header("1. What this tool computes")
 st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X + R")
 st.markdown(
     f"""
 - **W, weights**: every variable, 4 bytes each (float32 even under mixed precision):
   {n.weights_params:,} parameters → **{f(b.weights_bytes)}**.
-- **S, optimizer state**: {n.slots} slot(s) per trainable parameter for `{inputs.optimizer}` (Keras 3 `build()`):
-  {n.slots} × {n.trainable_params:,} × 4 B → **{f(b.optimizer_state_bytes)}**.
+- **S, optimizer state**: {n.slots} slot(s) per trainable parameter for `{inputs.optimizer}` (Keras 3 `build()`{accumulation}):
+  {n.slots} × {n.trainable_params:,}{resets} × 4 B → **{f(b.optimizer_state_bytes)}**.
 - **G, gradients alive at the peak**: Keras applies each gradient soon after it is computed, so only a few
   are alive at once → **{f(b.gradients_bytes)}**.
 - **U, optimizer temporaries made before the gradient**: `{inputs.optimizer}` computes {n.early_per_param} product(s)

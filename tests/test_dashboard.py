@@ -268,6 +268,20 @@ def test_formula_terms_add_up_to_the_peak(optimizer):
 
 
 
+def test_formula_shows_the_accumulators_and_their_reset_constants():
+    from calc.estimate import accumulator_reset_parameters
+
+    at = app({**SMALL, "optimizer": "adam", "grad_accum": "4"}, page="pages/formula.py")
+    profile = get_profile(make_spec("MobileNetV2", 96))
+    config = TrainingConfig(batch_size=16, optimizer="adam", gradient_accumulation_steps=4)
+    resets = accumulator_reset_parameters(profile, config)
+    assert 0 < resets <= profile.trainable_params
+    line = next(m.value for m in at.markdown if "S, optimizer state" in m.value)
+    assert f"3 × {profile.trainable_params:,} + {resets:,} × 4 B" in line and "gradient accumulator" in line
+    plain = app({**SMALL, "optimizer": "adam"}, page="pages/formula.py")
+    assert "accumulator" not in next(m.value for m in plain.markdown if "S, optimizer state" in m.value)
+
+
 def test_optimizer_options_reach_the_engine_and_the_link():
     from calc.types import OptimizerOptions
 

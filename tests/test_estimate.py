@@ -133,10 +133,32 @@ def test_data_parallel_splits_the_batch():
     assert four.peak_bytes == one.peak_bytes
 
 
-def test_gradient_accumulation_adds_an_accumulator():
-    plain = estimate_memory(PROFILE, TrainingConfig(batch_size=8, optimizer="adam"))
-    acc = estimate_memory(PROFILE, TrainingConfig(batch_size=8, optimizer="adam", gradient_accumulation_steps=4))
-    assert acc.optimizer_state_bytes == plain.optimizer_state_bytes * 3 // 2
+def test_gradient_accumulation_adds_an_accumulator_and_one_zeros_constant_per_shape():
+    # Three 4 MiB kernels of one shape and one of another: 4 accumulators, and the
+    # zeros constants that reset them (TensorFlow folds them; equal ones are merged): 2.
+    kernel, other = 1 << 20, 1 << 19
+    profile = chain_profile(sizes=(4096,) * 4, types=("Dense",) * 4, weights=((kernel,),) * 3 + ((other,),),
+                            head_weights=(40960,))
+    plain = estimate_memory(profile, TrainingConfig(batch_size=8, optimizer="adam"))
+    acc = estimate_memory(profile, TrainingConfig(batch_size=8, optimizer="adam", gradient_accumulation_steps=4))
+    per_variable = 3 * expected_counted(4 * kernel) + expected_counted(4 * other) + expected_counted(4 * 40960)
+    constants = expected_counted(4 * kernel) + expected_counted(4 * other) + expected_counted(4 * 40960)
+    assert plain.optimizer_state_bytes == 2 * per_variable
+    assert acc.optimizer_state_bytes == 3 * per_variable + constants
+
+
+def test_gradient_accumulation_does_not_hold_back_the_updates():
+    # Its cond's predicate is the step counter, so each update runs when its gradient
+    # exists (and SGD momentum's early products are made at the start), unlike
+    # mixed_float16's cond, which needs every gradient finite first.
+    big = chain_profile(sizes=(4096,) * 3, types=("Dense",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
+    momentum = OptimizerOptions(momentum=True)
+    acc = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", optimizer_options=momentum,
+                                              gradient_accumulation_steps=2))
+    f16 = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", optimizer_options=momentum,
+                                              precision="mixed_float16"))
+    assert acc.other_bytes >= 2 * expected_counted(4 << 20)
+    assert f16.other_bytes == 0
 
 
 @pytest.mark.parametrize("budget_mib", [8, 20, 64, 500, 4096])
