@@ -37,7 +37,7 @@ def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=
 
 
 # 14 families, batch 1-64, every optimizer family, three precisions, full training,
-# frozen backbones, the last N layers and gradient accumulation (103 cases). Sizes are
+# frozen backbones, the last N layers and gradient accumulation (108 cases). Sizes are
 # chosen so that one case runs in a few minutes at most on a 2-core machine.
 VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("VGG16", 224, 8, "sgd"),
@@ -155,6 +155,13 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("NASNetMobile", 224, 32, "adamax", mode="frozen_backbone"),
     _case("ResNet101V2", 224, 8, "adam", "mixed_bfloat16"),
     _case("EfficientNetB2", 260, 8, "adagrad", mode="frozen_backbone"),
+    # Small images, where weights, gradients and optimizer state weigh most (stop 8,
+    # after the last change; one-run first errors in docs/MEASUREMENTS.md).
+    _case("ResNet50", 64, 64, "adam"),
+    _case("VGG16", 64, 32, "sgd"),
+    _case("EfficientNetB0", 96, 64, "rmsprop"),
+    _case("DenseNet121", 64, 32, "nadam"),
+    _case("MobileNetV3Small", 96, 64, "sgd", momentum=True),
 )
 
 
