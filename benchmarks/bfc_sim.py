@@ -201,25 +201,42 @@ def measure(argv: list[str]) -> None:
 
 
 # How the resident phase (variables, then optimizer slots) is replayed before the step.
-# "keras" is the engine's: each variable from an initializer value of its size, freed once
-# the variable holds its copy. The others were tried against the Xception 299 px frozen
-# misses (docs/MEASUREMENTS.md, stop 8).
+# "random_kernels_only" is the engine's since stop 8 (a kernel's random draw and its
+# scaled copy, then the variable; anything else allocated as it is); "keras" the one
+# before (every variable and slot from one value of its size, freed once the variable
+# holds its copy). The others were tried against the Xception 299 px frozen misses
+# (docs/MEASUREMENTS.md, stop 8).
 RESIDENT_VARIANTS = ("keras", "two_temporaries", "slots_without_value", "slot_values_freed_together",
-                     "all_values_freed_together", "warm_up_step")
+                     "all_values_freed_together", "warm_up_step", "slots_after_batch", "slots_after_batch_warm_up",
+                     "random_kernels_only", "random_kernels_only_after_batch")
 
 
 def _variant_peak(profile, config, variant: str) -> int:
     from calc.allocator import BFC
-    from calc.estimate import UNTRACKED_BELOW, _allocator_events, _resident_requests, _trainable_flags, \
-        _variable_elements, _without_batch, replay
+    from calc.estimate import UNTRACKED_BELOW, _allocator_events, _randomly_initialized, _resident_requests, \
+        _trainable_flags, _variable_elements, _without_batch, replay
 
     events = _allocator_events(profile, _without_batch(config))
     n_vars = len(_variable_elements(profile, _trainable_flags(profile, config)[0])[0])
-    bfc, pending = BFC(), []
+    bfc, pending, batch_chunk = BFC(), [], None
+    batch_bytes = sum(4 * profile.tensor_elements[t] for t in profile.input_ids) * config.per_replica_batch
+    random_init = _randomly_initialized(profile)
     for k, nbytes in enumerate(_resident_requests(profile, config)):
         if nbytes < UNTRACKED_BELOW:
             continue
         slot = k >= n_vars
+        if variant.startswith("random_kernels_only"):
+            if slot and variant.endswith("after_batch") and batch_chunk is None:
+                batch_chunk = bfc.alloc(batch_bytes)
+            if not slot and random_init[k]:
+                first = bfc.alloc(nbytes); second = bfc.alloc(nbytes); bfc.alloc(nbytes); bfc.free(first); bfc.free(second)
+            else:
+                bfc.alloc(nbytes)
+            continue
+        if slot and variant.startswith("slots_after_batch") and batch_chunk is None:
+            # train_on_batch converts the batch to a tensor, then traces the step, which
+            # builds the optimizer: its slots land after the batch.
+            batch_chunk = bfc.alloc(batch_bytes)
         if variant == "two_temporaries" and not slot:
             first = bfc.alloc(nbytes); second = bfc.alloc(nbytes); bfc.free(first); bfc.alloc(nbytes); bfc.free(second)
         elif variant == "slots_without_value" and slot:
@@ -230,8 +247,10 @@ def _variant_peak(profile, config, variant: str) -> int:
             value = bfc.alloc(nbytes); bfc.alloc(nbytes); bfc.free(value)
     for chunk in pending:
         bfc.free(chunk)
-    if variant == "warm_up_step":
+    if variant in ("warm_up_step", "slots_after_batch_warm_up"):
         replay(bfc, events, config.per_replica_batch)
+    if batch_chunk is not None:
+        bfc.free(batch_chunk)
     bfc.reset_peak()
     replay(bfc, events, config.per_replica_batch)
     return bfc.peak

@@ -72,6 +72,7 @@ class BFC:
     def __init__(self, initial_region: int = INITIAL_REGION) -> None:
         self.curr_region = rounded(initial_region)
         self.regions: list[int] = []
+        self.heads: list[Chunk] = []  # each region's first chunk (it never merges into a predecessor)
         self.bins: list[list[tuple[int, int, Chunk]]] = [[] for _ in range(NUM_BINS)]
         self.next_ptr = 0
         self.in_use = 0
@@ -112,7 +113,9 @@ class BFC:
         if not grew:
             self.curr_region *= 2
         self.regions.append(size)
-        self._insert(Chunk(self.next_ptr, size))
+        head = Chunk(self.next_ptr, size)
+        self.heads.append(head)
+        self._insert(head)
         self.next_ptr += size + (1 << 40)  # regions are never adjacent
 
     def alloc(self, nbytes: int) -> Chunk:
@@ -144,3 +147,37 @@ class BFC:
 
     def reset_peak(self) -> None:
         self.peak = self.in_use
+
+    def snapshot(self) -> tuple:
+        """The pool's layout as plain data; ``BFC.restored`` makes an equal pool from it.
+
+        Chunks handed out before the snapshot are in use in the copy and cannot be freed
+        through it (the engine snapshots the resident variables, which a step never frees).
+        """
+        layout = []
+        for head in self.heads:
+            chunks, c = [], head
+            while c is not None:
+                chunks.append((c.ptr, c.size, c.in_use))
+                c = c.next
+            layout.append(tuple(chunks))
+        return (self.curr_region, tuple(self.regions), tuple(layout), self.next_ptr, self.in_use, self.peak)
+
+    @classmethod
+    def restored(cls, state: tuple) -> BFC:
+        curr_region, regions, layout, next_ptr, in_use, peak = state
+        pool = cls()
+        pool.curr_region, pool.regions, pool.next_ptr = curr_region, list(regions), next_ptr
+        pool.in_use, pool.peak = in_use, peak
+        for chunks in layout:
+            prev = None
+            for ptr, size, used in chunks:
+                c = Chunk(ptr, size, used, prev)
+                if prev is None:
+                    pool.heads.append(c)
+                else:
+                    prev.next = c
+                if not used:
+                    pool._insert(c)
+                prev = c
+        return pool

@@ -4,6 +4,7 @@ import pytest
 
 from calc.allocator import BFC, bin_for, rounded
 from calc.estimate import (
+    _resident_pool,
     allocator_peak,
     counted_bytes,
     estimate_memory,
@@ -91,6 +92,38 @@ def test_frozen_step_counts_whole_regions():
     assert b.peak_bytes == 64 * MIB and b.allocator_bytes == 64 * MIB - walk > 0
     # batch 4: 12.25 MiB each, regions of 16 MiB.
     assert allocator_peak(frozen_stem(), TrainingConfig(batch_size=4, train_mode="frozen_backbone")) == 32 * MIB
+
+
+def test_a_restored_snapshot_places_requests_like_the_original():
+    pool = BFC()
+    kept = [pool.alloc(n * MIB) for n in (3, 5, 40, 7, 90)]
+    pool.free(kept[1])
+    pool.free(kept[3])
+    copy = BFC.restored(pool.snapshot())
+    assert (copy.in_use, copy.peak, copy.regions) == (pool.in_use, pool.peak, pool.regions)
+    for n in (6, 2, 130, 33, 1):
+        a, b = pool.alloc(n * MIB), copy.alloc(n * MIB)
+        assert (a.ptr, a.size) == (b.ptr, b.size)
+    assert (copy.in_use, copy.peak, copy.regions) == (pool.in_use, pool.peak, pool.regions)
+
+
+def test_a_random_kernel_is_drawn_and_scaled_before_the_variable_copies_it():
+    # benchmarks/probe_init.py: a 64 MiB glorot_uniform kernel peaks the pool at 192 MiB
+    # while it is made, a zeros-initialized one (normalization, slots) at 64.
+    kernel = 4096 * 4096
+    config = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")
+    dense = chain_profile(sizes=(4096,), types=("Dense",), weights=((kernel,),), head_weights=(40960,), backbone_layers=1)
+    pool = _resident_pool(dense, config)
+    assert (pool.peak, pool.in_use) == (192 * MIB, 64 * MIB)
+    ones = chain_profile(sizes=(4096,), types=("LayerNormalization",), weights=((kernel,),), head_weights=(40960,),
+                         backbone_layers=1)
+    pool = _resident_pool(ones, config)
+    assert (pool.peak, pool.in_use) == (64 * MIB, 64 * MIB)
+    # The trained head: its kernel drawn and scaled (freed), then Adam's two zero slots, no copies.
+    head = chain_profile(sizes=(4096,), types=("LayerNormalization",), weights=((64,),), head_weights=(kernel,),
+                         backbone_layers=1)
+    pool = _resident_pool(head, TrainingConfig(batch_size=8, optimizer="adam", train_mode="frozen_backbone"))
+    assert (pool.peak, pool.in_use) == (3 * 64 * MIB, 3 * 64 * MIB)  # draw + scaled + kernel, then kernel + 2 slots
 
 
 def test_full_training_does_not_simulate_the_allocator():
