@@ -47,6 +47,7 @@ class EstimateView:
     curve_batches: tuple[int, ...]
     curve_bytes: tuple[int, ...]
     unknown_layer_types: tuple[str, ...]
+    largest_variable_bytes: int = 0
 
     @property
     def headroom_fraction(self) -> float:
@@ -71,6 +72,9 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
         curve_batches=batches,
         curve_bytes=tuple(c + gpu.overhead_bytes for c in curve),
         unknown_layer_types=plan_step(profile, config).unknown_layer_types,
+        largest_variable_bytes=4 * max((e for layer in profile.layers
+                                        for e in (*layer.trainable_weight_elements, *layer.non_trainable_weight_elements)),
+                                       default=0),
     )
 
 
@@ -279,6 +283,22 @@ def summary_warnings(reading) -> list[str]:
         notes.append(f"{reading.assumed_activations} Activation rows do not name their function; read as "
                      f"{reading.assumed_activation} (change it in the sidebar).")
     return notes
+
+
+# One variable this large (VGG16's fc1 at 224 px: 392 MiB) makes repeated runs of one step
+# bimodal: VGG16 224 px b8 SGD measured 1100-1195 or 1850-1851 MiB (docs/MEASUREMENTS.md).
+BIG_VARIABLE_BYTES = 128 << 20
+
+
+def big_variable_note(view: EstimateView, inputs: Inputs) -> str | None:
+    """A warning when one variable is so large that runs of the same step differ widely."""
+    if view.largest_variable_bytes < BIG_VARIABLE_BYTES:
+        return None
+    return (f"One variable of this model holds {fmt(view.largest_variable_bytes, inputs)} (a Flatten head's first "
+            "Dense layer grows with the image size). When the executor applies its gradient decides the peak: "
+            "repeated runs of one VGG16 224 px step at batch 8 measured 1100-1195 MiB or 1851 MiB, and the "
+            "estimate lies between the two (+33 % against the first, -14 % against the second). Keep a safety "
+            "margin of 20 %, or use a no-top head (global pooling) instead.")
 
 
 FROZEN_BACKBONE_NOTE = (

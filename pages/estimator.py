@@ -27,6 +27,8 @@ c3.metric("Largest batch that fits", f"{view.max_batch:,}")
 st.caption(accuracy_line())
 if inputs.train_mode == "frozen_backbone":
     st.warning(views.FROZEN_BACKBONE_NOTE)
+if big_variable := views.big_variable_note(view, inputs):
+    st.warning(big_variable)
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
 

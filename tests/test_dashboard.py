@@ -306,6 +306,12 @@ def test_optimizer_options_reach_the_engine_and_the_link():
 
 
 
+def test_a_model_with_one_huge_variable_warns_that_runs_are_bimodal():
+    at = app({**SMALL, "model": "VGG16", "image_size": "224", "batch_size": "8", "optimizer": "sgd"})
+    assert any("One variable of this model holds" in w.value and "20 %" in w.value for w in at.warning)
+    assert not any("One variable of this model" in w.value for w in app().warning)
+
+
 def test_frozen_backbone_estimates_carry_their_known_error():
     at = app({**SMALL, "train_mode": "frozen_backbone"})
     assert any("Frozen backbone" in w.value and "margin of 25 %" in w.value for w in at.warning)
