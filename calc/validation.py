@@ -1,8 +1,10 @@
 """The validation set: real measurements, and the estimate's error on each.
 
-Measured cases live in ``calc/data/validation_cpu.json`` (and ``validation_gpu.json``
-when a GPU slice exists), each with the TensorFlow/Keras versions, device and thread
-settings they were measured with. ``VALIDATION_CASES`` lists the CPU cases;
+Measured cases live in ``calc/data/validation_cpu.json``, each with the TensorFlow/Keras
+versions, device and thread settings they were measured with. No TensorFlow GPU slice
+exists yet (the lent GPU machines have no TensorFlow); ``calc/data/gpu_jax_h100*.json``
+hold the same cases under Keras' JAX backend on an H100 (``benchmarks/measure_gpu_jax.py``),
+reported beside, not part of this set. ``VALIDATION_CASES`` lists the CPU cases;
 ``benchmarks/measure_validation.py`` measures the missing ones.
 """
 

@@ -1,0 +1,145 @@
+"""Keras 3 training steps on a GPU under the JAX backend (XLA), against the engine.
+
+    python benchmarks/measure_gpu_jax.py measure OUT.json [--no-autotune] [SUBSTRING ...]   # on a GPU machine with jax and keras
+    python benchmarks/measure_gpu_jax.py compare calc/data/gpu_jax_h100.json   # here: the engine's error on them
+
+The engine predicts TensorFlow's allocator on its executor; no GPU machine lent to this
+project has TensorFlow (only PyTorch and JAX, CUDA 13, and nothing can be installed
+beyond 64 MiB of carried wheels), so this is the closest GPU slice it can measure: the
+same Keras models, optimizers and precisions, run by Keras' JAX backend, which compiles
+the whole step with XLA. Each case runs in a fresh process (``KERAS_BACKEND=jax``,
+``XLA_PYTHON_CLIENT_PREALLOCATE=false``): build, compile, two ``train_on_batch`` steps,
+then JAX's allocator statistics for the GPU (``peak_bytes_in_use`` over the process,
+``bytes_in_use`` before the second step, and the peak after the build). JAX has no
+reset of the peak, so the peak also covers the build and XLA's compilation, whose
+autotuner allocates convolution workspaces; ``--no-autotune`` turns that off
+(``--xla_gpu_autotune_level=0``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+MIB = 1 << 20
+
+# Validation cases (calc/validation.py ids) that also make a GPU slice: full training,
+# frozen backbones, the three precisions, small and large models.
+GPU_CASES = (
+    "ResNet50-224x224x3-top1000 b32 adam float32",
+    "ResNet50-224x224x3-top1000 b16 adam float32",
+    "MobileNetV2-224x224x3-top1000 b32 adam float32",
+    "EfficientNetB0-224x224x3-top1000 b32 adam float32",
+    "EfficientNetB0-224x224x3-top1000 b16 adam mixed_bfloat16",
+    "DenseNet121-224x224x3-top1000 b16 adam float32",
+    "VGG16-224x224x3-top1000 b8 sgd float32",
+    "ConvNeXtTiny-224x224x3-top1000 b8 adamw float32",
+    "InceptionV3-299x299x3-top1000 b8 adam float32",
+    "ResNet50-128x128x3-top1000 b8 adamw mixed_bfloat16",
+    "MobileNetV2-160x160x3-top1000 b64 sgd mixed_float16",
+    "ResNet50-224x224x3-head1000 b16 adam float32 frozen_backbone",
+    "MobileNetV2-224x224x3-head1000 b16 adamw float32 frozen_backbone",
+    "Xception-224x224x3-head1000 b16 adam float32 frozen_backbone",
+)
+
+CHILD = r'''
+import json, os, sys
+sys.path.insert(0, ROOT)
+import numpy as np
+import jax, keras
+from calc.keras_adapter import _optimizer, build_model
+from calc.requests import config_from_dict, spec_from_dict
+from calc.types import TrainMode
+raw = json.loads(sys.argv[1])
+spec, config = spec_from_dict(raw["spec"]), config_from_dict(raw["config"])
+model, backbone = build_model(spec, config.precision.value, config.train_mode)
+if config.train_mode is TrainMode.FROZEN_BACKBONE:
+    backbone.trainable = False
+model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy")
+device = jax.devices()[0]
+built = device.memory_stats()
+rng = np.random.default_rng(0)
+x = rng.random((config.per_replica_batch, *spec.input_shape), dtype=np.float32)
+y = rng.integers(0, spec.classes, size=(config.per_replica_batch,))
+model.train_on_batch(x, y)
+before = device.memory_stats()["bytes_in_use"]
+model.train_on_batch(x, y)
+stats = device.memory_stats()
+print("RESULT", json.dumps({"peak_bytes": int(stats["peak_bytes_in_use"]), "resident_before_step_bytes": int(before),
+                            "build_peak_bytes": int(built["peak_bytes_in_use"]), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                            "device": device.device_kind, "jax": jax.__version__, "keras": keras.__version__}))
+'''
+
+
+def _measure_one(case: dict) -> dict:
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_PREALLOCATE="false", TF_CPP_MIN_LOG_LEVEL="3")
+    if NO_AUTOTUNE:
+        # XLA's autotuner tries convolution algorithms with their own workspaces while it
+        # compiles; those buffers count in the process's peak.
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
+    code = CHILD.replace("ROOT", repr(ROOT))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(case)], capture_output=True, text=True,
+                         timeout=540, env=env)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        return {"case": case["case"], "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return {"case": case["case"], "spec": case["spec"], "config": case["config"], **json.loads(lines[-1][7:])}
+
+
+NO_AUTOTUNE = False
+
+
+def measure(path: str, names: list[str]) -> None:
+    from calc.requests import config_to_dict, spec_to_dict
+    from calc.validation import VALIDATION_CASES, case_id
+
+    wanted = [n for n in GPU_CASES if not names or any(s in n for s in names)]
+    cases = [{"case": case_id(s, c), "spec": spec_to_dict(s), "config": config_to_dict(c)}
+             for s, c in VALIDATION_CASES if case_id(s, c) in wanted]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(_measure_one, cases))
+    for r in results:
+        print(r["case"], r.get("peak_bytes", 0) / MIB if "peak_bytes" in r else r["error"], flush=True)
+    json.dump({"environment": {"backend": "jax (XLA)", "protocol": "build, compile, 2 train_on_batch, "
+                               "peak_bytes_in_use of the process; fresh process per case"},
+               "cases": results}, open(path, "w"), indent=1)
+
+
+def compare(path: str) -> None:
+    from calc.estimate import estimate_memory
+    from calc.profiles import get_profile
+    from calc.requests import config_from_dict, spec_from_dict
+    from calc.validation import load_measurements
+
+    cpu = {c["case"]: c["peak_bytes"] for c in load_measurements()["cases"]}
+    data = json.load(open(path))
+    print(f"{'case':66s} {'GPU (JAX, XLA)':>14s} {'CPU (TF)':>9s} {'engine':>8s} {'engine vs GPU':>13s}   MiB")
+    errors = []
+    for r in data["cases"]:
+        if "peak_bytes" not in r:
+            print(f"{r['case']:66s} failed: {r['error']}")
+            continue
+        predicted = estimate_memory(get_profile(spec_from_dict(r["spec"])), config_from_dict(r["config"])).peak_bytes
+        err = predicted / r["peak_bytes"] - 1
+        errors.append(err)
+        print(f"{r['case']:66s} {r['peak_bytes'] / MIB:14.1f} {cpu.get(r['case'], 0) / MIB:9.1f} {predicted / MIB:8.1f}"
+              f" {err * 100:+12.1f}%")
+    if errors:
+        a = sorted(abs(e) for e in errors)
+        print(f"{len(a)} cases on {data['cases'][0].get('device', '?')}: the engine (fitted to TensorFlow on the CPU) "
+              f"is off by a median {a[len(a) // 2] * 100:.1f}%, from {min(errors) * 100:+.1f}% to {max(errors) * 100:+.1f}%")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "measure":
+        NO_AUTOTUNE = "--no-autotune" in sys.argv
+        measure(sys.argv[2], [a for a in sys.argv[3:] if a != "--no-autotune"])
+    elif len(sys.argv) == 3 and sys.argv[1] == "compare":
+        compare(sys.argv[2])
+    else:
+        raise SystemExit(__doc__)
