@@ -194,7 +194,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     spec, config = _spec_and_config(args)
     if config.num_gpus != 1:
         raise ValueError("measure runs on one device; use --gpus 1 (and the per-device batch).")
-    m = measure_training_step(spec, config, repeats=args.repeats, timeout_s=args.timeout)
+    m = measure_training_step(spec, config, repeats=args.repeats, timeout_s=args.timeout, xla=args.xla)
     out = {
         "model": spec.key,
         "batch_size": config.batch_size,
@@ -210,10 +210,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
         "tensorflow": m.tensorflow,
         "keras": m.keras,
         "threads": m.threads,
+        "jit_compile": m.jit_compile,
     }
     lines = [f"{spec.key}  batch {config.batch_size}: measured peak {m.peak_bytes / GIB:.3f} GiB "
              f"({m.peak_bytes:,} bytes; median of {len(m.peaks_bytes)} runs, spread {m.spread * 100:.1f}%) "
-             f"on {m.device}, TF {m.tensorflow}, {m.threads}"]
+             f"on {m.device}, TF {m.tensorflow}, {m.threads}, "
+             f"{'XLA (jit_compile=True)' if m.jit_compile else 'graph executor (jit_compile=False)'}"]
     _print(out, args.json, lines)
     return 0
 
@@ -253,12 +255,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from calc.validation import CPU_DATA, summarize, validate
 
-    rows = validate(Path(args.data) if args.data else CPU_DATA)
+    data = Path(args.data) if args.data else CPU_DATA
+    if not data.is_file():
+        raise ValueError(f"no validation data at {data}")
+    rows = validate(data)
     s = summarize(rows)
     if args.save:
-        from calc.validation import save_report
+        from calc.validation import report_path, save_report
 
-        save_report(rows)
+        save_report(rows, report_path(data))
     out = {
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": round(r.relative_error, 4), "measured_spread": r.spread} for r in rows],
@@ -301,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(p)
     p.add_argument("--repeats", type=_positive, default=3)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    p.add_argument("--xla", action="store_true",
+                   help="compile the step with XLA (jit_compile=True, Keras 3's default on a GPU); "
+                        "the estimate models the step without it, which measure runs by default")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("max-batch", help="largest batch that fits a GPU")
     _add_model_options(p)
@@ -314,7 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_gpus)
     p = sub.add_parser("validate", help="estimate every measured case and print the error table")
     p.add_argument("--data", help="a validation JSON file (default: the CPU set)")
-    p.add_argument("--save", action="store_true", help="write calc/data/validation_cpu_report.json")
+    p.add_argument("--save", action="store_true",
+                   help="write the report the dashboard reads (calc/data/validation_cpu_report.json; "
+                        "for --data X.json, X_report.json beside it)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
     return parser

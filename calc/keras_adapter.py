@@ -241,13 +241,17 @@ def _optimizer(config: TrainingConfig) -> Any:
 MAX_WARMUP_STEPS = 30  # the loss scale halves per overflowing step: 2^15 -> 1 in 15
 
 
-def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any]:
+def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = False) -> dict[str, Any]:
     """Runs the measurement protocol of MEMORY_FACTS.md in this process.
 
     One inter-op and one intra-op thread; build, compile, warm-up ``train_on_batch``
     steps until one has applied its update (one step, except under mixed_float16's
     loss scaling), reset the allocator stats, one more step that applies its update,
     read the peak.
+
+    ``xla``: compile the step with XLA (``jit_compile=True``). Off by default, whatever
+    the device: the engine models TensorFlow's graph executor, and Keras 3's
+    ``jit_compile="auto"`` would turn XLA on by itself on a GPU (off on a CPU).
     """
     import numpy as np
     import tensorflow as tf
@@ -267,7 +271,7 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig) -> dict[str, Any
         ops = [op for op, _ in _walk(model, backbone)[0]]
         for op in ops[: max(0, len(ops) - config.last_n_layers)]:
             op.trainable = False
-    model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy")
+    model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy", jit_compile=xla)
     batch = config.per_replica_batch
     rng = np.random.default_rng(0)
     x = rng.random((batch, *spec.input_shape), dtype=np.float32)
@@ -354,7 +358,8 @@ def _child_main(argv: list[str]) -> int:
         sys.stdout.write("PROFILE " + json.dumps(profile_to_dict(profile)) + "\n")
         return 0
     request = json.loads(argv[0])
-    result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]))
+    result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
+                                xla=request.get("xla") is True)
     sys.stdout.write("MEASURED " + json.dumps(result) + "\n")
     return 0
 

@@ -34,6 +34,7 @@ class Measurement:
     threads: str
     seconds: float
     resident_bytes: tuple[int, ...] = ()  # allocator ``current`` just before each measured step
+    jit_compile: bool = False  # the step compiled with XLA
 
     @property
     def peak_bytes(self) -> int:
@@ -57,9 +58,13 @@ def child_env() -> dict[str, str]:
                 PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0) -> dict:
-    """Runs the protocol once in a fresh Python process and returns its JSON result."""
-    request = json.dumps({"spec": spec_to_dict(spec), "config": config_to_dict(config)})
+def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False) -> dict:
+    """Runs the protocol once in a fresh Python process and returns its JSON result.
+
+    ``xla``: compile the step with XLA (``jit_compile=True``); by default it runs on
+    TensorFlow's graph executor, the step the engine models, on a GPU too.
+    """
+    request = json.dumps({"spec": spec_to_dict(spec), "config": config_to_dict(config), "xla": bool(xla)})
     env = child_env()
     try:
         proc = subprocess.run(
@@ -81,7 +86,7 @@ def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 
 
 
 def measure_training_step(
-    spec: ModelSpec, config: TrainingConfig, *, repeats: int = 3, timeout_s: float = 600.0
+    spec: ModelSpec, config: TrainingConfig, *, repeats: int = 3, timeout_s: float = 600.0, xla: bool = False
 ) -> Measurement:
     """Measures the allocator peak of one training step ``repeats`` times.
 
@@ -90,13 +95,14 @@ def measure_training_step(
         config: the training setup (global batch / ``num_gpus`` is run on one device).
         repeats: fresh processes; the median is the measurement.
         timeout_s: per run.
+        xla: compile the step with XLA (``jit_compile=True``, Keras 3's default on a GPU).
 
     Returns:
         A ``Measurement`` with every run's peak.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be a positive integer. Received: repeats={repeats}")
-    runs = [measure_once(spec, config, timeout_s=timeout_s) for _ in range(repeats)]
+    runs = [measure_once(spec, config, timeout_s=timeout_s, xla=xla) for _ in range(repeats)]
     first = runs[0]
     return Measurement(
         peaks_bytes=tuple(r["peak_bytes"] for r in runs),
@@ -106,4 +112,5 @@ def measure_training_step(
         threads=first["threads"],
         seconds=round(sum(r["seconds"] for r in runs), 1),
         resident_bytes=tuple(r["current_before_bytes"] for r in runs),
+        jit_compile=first.get("jit_compile") == "True",
     )

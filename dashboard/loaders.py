@@ -46,3 +46,25 @@ def accuracy_line() -> str:
     return (f"Accuracy on {s['cases']} measured training steps (TensorFlow CPU allocator peak): median error "
             f"{s['median_abs_error']:.1%}, worst {s['max_abs_error']:.1%}; under-predicted in "
             f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")
+
+
+@st.cache_data(show_spinner=False)
+def load_xla_slice() -> dict:
+    """The report of the GPU slice measured under XLA (Keras' JAX backend, an H100)."""
+    from calc.validation import GPU_XLA_REPORT, load_report
+
+    return load_report(GPU_XLA_REPORT)
+
+
+def xla_line() -> str:
+    """What the estimate models, and how far an XLA-compiled step was from it, measured."""
+    head = ("This predicts the step on TensorFlow's graph executor, `model.compile(..., jit_compile=False)`. "
+            "On a GPU, Keras 3's default `jit_compile=\"auto\"` compiles the step with XLA, which fuses "
+            "elementwise chains and plans its own buffers")
+    try:
+        s = load_xla_slice()["summary"]
+    except (ValueError, OSError, KeyError) as exc:
+        return f"{head}. (The XLA measurements are unavailable: {exc}.)"
+    return (f"{head}: on {s['cases']} steps measured with XLA on an H100 (Keras' JAX backend) this estimate "
+            f"was off by a median {s['median_abs_error']:.0%}, from {s['worst_under_prediction']:+.0%} to "
+            f"{s['worst_over_prediction']:+.0%}. Pass `jit_compile=False` to get the step predicted here.")

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line
+from dashboard.loaders import accuracy_line, xla_line
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
@@ -25,6 +25,7 @@ c2.metric(f"{gpu.name}", views.fmt(view.capacity_bytes, inputs))
 c3.metric("Largest batch that fits", f"{view.max_batch:,}")
 (st.success if view.fits else st.error)(views.verdict(view, inputs))
 st.caption(accuracy_line())
+st.caption(xla_line())
 if inputs.train_mode == "frozen_backbone":
     st.warning(views.FROZEN_BACKBONE_NOTE)
 if big_variable := views.big_variable_note(view, inputs):

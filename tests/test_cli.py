@@ -91,6 +91,21 @@ def test_measure_with_gradient_accumulation_measures_an_update_step():
 
 
 @pytest.mark.slow
+def test_measure_runs_the_graph_executor_unless_asked_for_xla():
+    # Keras 3's jit_compile="auto" turns XLA on by itself on a GPU; the engine models the
+    # executor, so measure pins jit_compile=False unless --xla asks for it.
+    args = ("measure", "--model", "MobileNetV2", "--image-size", "32", "--batch-size", "2", "--optimizer", "sgd",
+            "--repeats", "1", "--json")
+    plain, xla = run(*args), run(*args, "--xla")
+    assert plain.returncode == 0, plain.stderr
+    assert xla.returncode == 0, xla.stderr
+    assert json.loads(plain.stdout)["jit_compile"] is False
+    out = json.loads(xla.stdout)
+    assert out["jit_compile"] is True
+    assert out["peak_bytes"] == sum(out["components"].values())
+
+
+@pytest.mark.slow
 def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
     import keras
 

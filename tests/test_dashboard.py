@@ -312,6 +312,16 @@ def test_a_model_with_one_huge_variable_warns_that_runs_are_bimodal():
     assert not any("One variable of this model" in w.value for w in app().warning)
 
 
+def test_the_estimator_says_it_models_the_step_without_xla_and_how_far_xla_was():
+    from calc.validation import GPU_XLA_REPORT, load_report
+
+    s = load_report(GPU_XLA_REPORT)["summary"]
+    lines = [c.value for c in app().caption]
+    line = next(v for v in lines if "jit_compile=False" in v)
+    assert f"on {s['cases']} steps measured with XLA" in line
+    assert f"{s['worst_under_prediction']:+.0%}" in line and f"{s['worst_over_prediction']:+.0%}" in line
+
+
 def test_frozen_backbone_estimates_carry_their_known_error():
     at = app({**SMALL, "train_mode": "frozen_backbone"})
     assert any("Frozen backbone" in w.value and "margin of 25 %" in w.value for w in at.warning)

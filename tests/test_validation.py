@@ -6,7 +6,8 @@ import pytest
 
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
-from calc.validation import CPU_DATA, CPU_REPORT, load_measurements, summarize, validate
+from calc.validation import (CPU_DATA, CPU_REPORT, GPU_XLA_DATA, GPU_XLA_REPORT, load_measurements, report_path,
+                             summarize, validate)
 
 DATA = load_measurements(CPU_DATA)
 
@@ -37,10 +38,29 @@ def test_coverage_of_the_set():
 
 
 @pytest.mark.slow
-def test_committed_report_matches_the_engine():
-    """`python -m calc validate --save` was run after the last engine change."""
-    rows = validate()
-    report = json.loads(CPU_REPORT.read_text())
+@pytest.mark.parametrize("data", [CPU_DATA, GPU_XLA_DATA], ids=["cpu", "gpu_xla"])
+def test_committed_report_matches_the_engine(data):
+    """`python -m calc validate [--data ...] --save` was run after the last engine change."""
+    rows = validate(data)
+    report = json.loads(report_path(data).read_text())
     assert [c["case"] for c in report["cases"]] == [r.case for r in rows]
     assert [c["predicted_bytes"] for c in report["cases"]] == [r.predicted_bytes for r in rows]
     assert report["summary"]["median_abs_error"] == summarize(rows).median_abs
+    worst_over = max(r.relative_error for r in rows)
+    assert report["summary"]["worst_over_prediction"] == max(0.0, worst_over)
+
+
+def test_each_data_file_has_its_own_report():
+    assert report_path(CPU_DATA) == CPU_REPORT
+    assert GPU_XLA_REPORT.name == "gpu_jax_h100_noautotune_report.json"
+    assert GPU_XLA_REPORT.parent == GPU_XLA_DATA.parent
+
+
+def test_the_gpu_slice_has_one_run_per_case_and_skips_failed_runs(tmp_path):
+    data = load_measurements(GPU_XLA_DATA)
+    broken = dict(data, cases=[*data["cases"][:2], {"case": "failed", "error": "out of memory"}])
+    path = tmp_path / "slice.json"
+    path.write_text(json.dumps(broken))
+    rows = validate(path)
+    assert [r.case for r in rows] == [c["case"] for c in data["cases"][:2]]
+    assert all(r.spread == 0.0 for r in rows)
