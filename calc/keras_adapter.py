@@ -11,8 +11,11 @@ import gc
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from calc.catalogue import ModelSpec
@@ -241,7 +244,8 @@ def _optimizer(config: TrainingConfig) -> Any:
 MAX_WARMUP_STEPS = 30  # the loss scale halves per overflowing step: 2^15 -> 1 in 15
 
 
-def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = False) -> dict[str, Any]:
+def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = False,
+                       trace: bool = False) -> dict[str, Any]:
     """Runs the measurement protocol of MEMORY_FACTS.md in this process.
 
     One inter-op and one intra-op thread; build, compile, warm-up ``train_on_batch``
@@ -252,6 +256,9 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     ``xla``: compile the step with XLA (``jit_compile=True``). Off by default, whatever
     the device: the engine models TensorFlow's graph executor, and Keras 3's
     ``jit_compile="auto"`` would turn XLA on by itself on a GPU (off on a CPU).
+
+    ``trace``: record the measured step with TensorFlow's profiler and return its
+    allocator events under ``"allocations"`` (``_allocator_timeline``).
     """
     import numpy as np
     import tensorflow as tf
@@ -296,16 +303,28 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         if warmup >= limit:
             raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
         warmup += 1
+    trace_dir = tempfile.mkdtemp(prefix="calc-trace-") if trace else None
     for _ in range(limit):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
-        applied = step_applies_update()  # reading the scalar counter allocates nothing tracked
+        if trace_dir:
+            tf.profiler.experimental.start(
+                trace_dir, options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+        try:
+            applied = step_applies_update()  # reading the scalar counter allocates nothing tracked
+        finally:
+            if trace_dir:
+                tf.profiler.experimental.stop()
         info = tf.config.experimental.get_memory_info(device)
         if applied:
             break
     else:
         raise RuntimeError(f"the measured step skipped its update {limit} times")
-    return {
+    extra: dict[str, Any] = {}
+    if trace_dir:
+        extra["allocations"] = _allocator_timeline(trace_dir)
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    return {**extra,
         "peak_bytes": int(info["peak"]),
         "current_before_bytes": int(before),
         "current_after_bytes": int(info["current"]),
@@ -317,6 +336,46 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         "jit_compile": str(model.jit_compile),
         "warmup_steps": warmup,
     }
+
+
+def _allocator_timeline(trace_dir: str) -> list[list]:
+    """The allocator's events in a profiler trace, in time order.
+
+    Each is ``[kind, bytes, bytes_in_use_after, address, op, shape, region, requested]``
+    with kind "a" (allocation) or "f" (free; op, shape and region empty); ``bytes`` is the
+    chunk the allocator handed out (what its statistics count), ``requested`` what the
+    op asked for. TensorFlow's BFC
+    allocator emits them for the requests its statistics count (256 KiB and up on the
+    CPU) when the profiler's host tracer runs at level 2 or more.
+    """
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    events = []
+    for path in Path(trace_dir).rglob("*.xplane.pb"):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(path.read_bytes())
+        for plane in space.planes:
+            names = {k: v.name for k, v in plane.event_metadata.items()}
+            stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+            for line in plane.lines:
+                for ev in line.events:
+                    name = names.get(ev.metadata_id, "")
+                    if name not in ("MemoryAllocation", "MemoryDeallocation"):
+                        continue
+                    st: dict[str, Any] = {}
+                    for stat in ev.stats:
+                        which = stat.WhichOneof("value")
+                        value = getattr(stat, which)
+                        if which == "ref_value":
+                            value = plane.stat_metadata[value].name
+                        st[stat_names.get(stat.metadata_id, "")] = value
+                    t = line.timestamp_ns * 1000 + ev.offset_ps
+                    events.append((t, ["a" if name == "MemoryAllocation" else "f", int(st.get("allocation_bytes", 0)),
+                                       int(st.get("bytes_allocated", 0)), int(st.get("addr", 0)),
+                                       str(st.get("tf_op", "")), str(st.get("shape", "")),
+                                       str(st.get("region_type", "")), int(st.get("requested_bytes", 0))]))
+    events.sort(key=lambda e: e[0])
+    return [e for _, e in events]
 
 
 def profile_model_file(path: str) -> ModelProfile:
@@ -359,7 +418,7 @@ def _child_main(argv: list[str]) -> int:
         return 0
     request = json.loads(argv[0])
     result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
-                                xla=request.get("xla") is True)
+                                xla=request.get("xla") is True, trace=request.get("trace") is True)
     sys.stdout.write("MEASURED " + json.dumps(result) + "\n")
     return 0
 

@@ -114,3 +114,22 @@ def test_shipped_profiles_equal_a_fresh_build(name, keras):
 
     spec = make_spec(name)
     assert _read_shipped(spec) == profile_catalogue_model(spec)
+
+
+def test_a_traced_step_accounts_for_its_peak_op_by_op():
+    # benchmarks/trace_step.py reads the profiler's allocator events: they must cover
+    # the measured step, so the largest bytes-in-use among them is the peak and the
+    # first one starts from what was resident before the step.
+    from calc.catalogue import make_spec
+    from calc.measure import measure_once
+    from calc.types import TrainingConfig
+
+    result = measure_once(make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8, optimizer="sgd"), trace=True)
+    events = result["allocations"]
+    allocations = [e for e in events if e[0] == "a"]
+    # Each names its op, but the copy of the input batch made outside the traced function.
+    assert allocations and sum(not e[4] for e in allocations) <= 2
+    assert max(e[2] for e in events) == result["peak_bytes"]
+    assert events[0][0] == "a" and events[0][2] - events[0][1] == result["current_before_bytes"]
+    assert all(e[1] >= e[7] > 0 for e in allocations)  # a chunk holds at least what was asked
+    assert any(e[4].startswith("gradient_tape/") for e in allocations)

@@ -1,0 +1,191 @@
+"""What is alive at a measured step's peak, op by op, from TensorFlow's profiler.
+
+    python benchmarks/trace_step.py SUBSTRING [--top 15] [--layers] [--save FILE.json]
+    python benchmarks/trace_step.py SUBSTRING --table SUBSTRING [SUBSTRING ...]
+
+For the first committed validation case whose id contains SUBSTRING, runs the
+measurement protocol once in a fresh process (``calc.measure.measure_once`` with
+``trace=True``: the measured step is recorded by ``tf.profiler`` at host tracer level
+3, whose allocator events name the op, shape and role of every tracked request) and
+prints:
+
+- the measured peak, what was resident before the step, and the engine's prediction
+  with its parts;
+- the allocations made during the step that are alive at the peak, summed by part of
+  the step (forward ops, ``gradient_tape/`` ops, everything else: optimizer updates,
+  casts of variables, the loss) and by op kind (the op's last two name parts, numbers
+  dropped), largest first;
+- the op whose allocation set the peak.
+
+The events only cover requests of 256 KiB and up (those the allocator's statistics
+count). ``--save`` writes the raw events for further study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from calc.estimate import OPT, W, _raw_bytes, _simulate, estimate_memory, plan_step  # noqa: E402
+from calc.measure import measure_once  # noqa: E402
+from calc.profiles import get_profile  # noqa: E402
+from calc.validation import VALIDATION_CASES, case_id  # noqa: E402
+
+MIB = 2 ** 20
+
+
+def kind_of(op: str) -> str:
+    """The op's name below its layer, numbers dropped: ``model/layer/batchnorm/mul_1`` -> ``batchnorm/mul``."""
+    parts = op.split("/")
+    below = parts[3:] if parts[0] == "gradient_tape" else parts[2:]
+    return "/".join(re.sub(r"_\d+$", "", p) for p in below) or op
+
+
+def layer_of(op: str) -> str:
+    parts = op.split("/")
+    i = 2 if parts[0] == "gradient_tape" else 1
+    return re.sub(r"_\d+$", "", parts[i]) if len(parts) > i else ""
+
+
+def part_of(op: str, model_prefixes: set[str]) -> str:
+    first = op.split("/", 1)[0]
+    if first == "gradient_tape":
+        return "backward (gradient_tape/)"
+    if first in model_prefixes:
+        return "forward"
+    return f"other ({first}/)"
+
+
+def live_at_peak(events: list[list]) -> tuple[int, list[list], list]:
+    """(index of the peak event, the step's allocations alive then, that event)."""
+    live: dict[int, list] = {}
+    best, best_live, best_ev = -1, [], None
+    peak_bytes = -1
+    for i, ev in enumerate(events):
+        kind, nbytes, in_use, addr = ev[:4]
+        if kind == "a":
+            live[addr] = ev
+            if in_use > peak_bytes:
+                peak_bytes, best, best_live, best_ev = in_use, i, list(live.values()), ev
+        else:
+            live.pop(addr, None)
+    return best, best_live, best_ev
+
+
+def table(substrings: list[str]) -> None:
+    """One line per case: the walk's requested bytes against the step's, and the chunk overhead."""
+    print(f"{'case':70s} {'peak':>7s} {'step req.':>9s} {'walk req.':>9s} {'walk err':>8s} {'chunks +':>8s} "
+          f"{'engine err':>10s}")
+    for sub in substrings:
+        spec, config = next((s, c) for s, c in VALIDATION_CASES if sub in case_id(s, c))
+        result = measure_once(spec, config, trace=True)
+        profile = get_profile(spec)
+        b = config.per_replica_batch
+        raw = [(sum(m.fixed) + sum(n * _raw_bytes(size * b) for hist in m.per_sample for size, n in hist),
+                m.fixed[W] + m.fixed[OPT]) for m in _simulate(profile, config, record=True)[0]]
+        total, resident = max(raw)
+        _, live, _ = live_at_peak(result["allocations"])
+        given, asked = sum(e[1] for e in live), sum(e[7] for e in live)
+        walk = total - resident
+        predicted = estimate_memory(profile, config).peak_bytes
+        print(f"{case_id(spec, config):70s} {result['peak_bytes'] / MIB:7.1f} {asked / MIB:9.1f} {walk / MIB:9.1f} "
+              f"{100 * (walk / asked - 1):+7.1f}% {100 * (given / asked - 1):+7.1f}% "
+              f"{100 * (predicted / result['peak_bytes'] - 1):+9.1f}%", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("substring")
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--save")
+    parser.add_argument("--layers", action="store_true", help="also list the layers that differ most")
+    parser.add_argument("--table", nargs="+", metavar="SUBSTRING",
+                        help="more cases, one line each: the step's requested bytes at its peak against the "
+                             "walk's, and what whole chunks add")
+    args = parser.parse_args()
+    if args.table:
+        table([args.substring, *args.table])
+        return
+    matches = [(s, c) for s, c in VALIDATION_CASES if args.substring in case_id(s, c)]
+    if not matches:
+        raise SystemExit(f"no validation case contains {args.substring!r}")
+    spec, config = matches[0]
+    result = measure_once(spec, config, trace=True)
+    events = result["allocations"]
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump({"case": case_id(spec, config), "result": result}, f)
+    profile = get_profile(spec)
+    predicted = estimate_memory(profile, config)
+    print(f"{case_id(spec, config)}")
+    print(f"  measured peak {result['peak_bytes'] / MIB:.1f} MiB, resident before the step "
+          f"{result['current_before_bytes'] / MIB:.1f}, step {(result['peak_bytes'] - result['current_before_bytes']) / MIB:.1f}")
+    print(f"  engine {predicted.peak_bytes / MIB:.1f} MiB at {predicted.peak_phase}: "
+          + ", ".join(f"{k} {v / MIB:.1f}" for k, v in predicted.components().items() if v))
+    b = config.per_replica_batch
+    raw = [(sum(m.fixed) + sum(n * _raw_bytes(size * b) for hist in m.per_sample for size, n in hist),
+            m.fixed[W] + m.fixed[OPT], m.phase) for m in _simulate(profile, config, record=True)[0]]
+    total, resident, phase = max(raw)
+    print(f"  engine's walk in requested bytes (no chunk effects): peak {total / MIB:.1f} MiB at {phase}, "
+          f"of which the step {(total - resident) / MIB:.1f} (weights and slots {resident / MIB:.1f})")
+    if not events:
+        print("  no allocator events were recorded")
+        return
+    index, live, ev = live_at_peak(events)
+    firsts = {e[4].split("/", 1)[0] for e in events if e[0] == "a" and e[4] and not e[4].startswith("gradient_tape")}
+    model_prefixes = {p for p in firsts if any(e[4].startswith(p + "/") and e[6] == "output" for e in events)
+                      and not re.match(r"^(sgd|adam|adamw|nadam|adamax|rmsprop|adagrad|adadelta|ftrl|lion|lamb|"
+                                       r"adafactor|rm_sprop|ada_delta|ada_grad|ada_max|loss_scale_optimizer|compile_loss|keras)", p, re.I)}
+    print(f"  {len(events)} events; peak at event {index}: {ev[2] / MIB:.1f} MiB in use after "
+          f"{ev[4]} {ev[5]} ({ev[1] / MIB:.2f} MiB, {ev[6]})")
+    total = sum(e[1] for e in live)
+    asked = sum(e[7] for e in live)
+    print(f"  alive at the peak, made during the step: {total / MIB:.1f} MiB in {len(live)} allocations "
+          f"(requested {asked / MIB:.1f}: whole chunks add {100 * (total / asked - 1) if asked else 0:.1f} %)")
+    by_part: dict[str, int] = defaultdict(int)
+    by_kind: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for e in live:
+        part = part_of(e[4], model_prefixes)
+        by_part[part] += e[1]
+        k = by_kind[(part, kind_of(e[4]))]
+        k[0] += e[1]
+        k[1] += 1
+    for part, nbytes in sorted(by_part.items(), key=lambda kv: -kv[1]):
+        print(f"    {part:34s} {nbytes / MIB:9.1f} MiB")
+    plan = plan_step(profile, config)
+    types = {layer.name: layer.layer_type for layer in profile.layers}
+    engine_kept = {layer.name: kept * config.per_replica_batch
+                   for layer, kept in zip(profile.layers, plan.kept_per_sample)}
+    measured_kept: dict[str, int] = defaultdict(int)
+    for e in live:
+        if part_of(e[4], model_prefixes) == "forward":
+            measured_kept[layer_of(e[4])] += e[1]
+    by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for name in set(measured_kept) | {n for n, k in engine_kept.items() if k}:
+        t = by_type[types.get(name, "(not a layer)")]
+        t[0] += measured_kept.get(name, 0)
+        t[1] += engine_kept.get(name, 0)
+        t[2] += 1
+    print("  forward allocations alive at the peak against what the engine's layers keep, by layer type:")
+    for lt, (m, k, n) in sorted(by_type.items(), key=lambda kv: -abs(kv[1][0] - kv[1][1])):
+        print(f"    {lt:28s} measured {m / MIB:8.1f}  engine {k / MIB:8.1f}  ({n} layers)")
+    print(f"  by op kind (top {args.top}):")
+    for (part, kind), (nbytes, count) in sorted(by_kind.items(), key=lambda kv: -kv[1][0])[: args.top]:
+        print(f"    {part[:8]:8s} {kind:46s} {nbytes / MIB:9.1f} MiB in {count}")
+    if args.layers:
+        print(f"  layers, measured minus engine (top {args.top}):")
+        diffs = sorted(set(measured_kept) | set(engine_kept),
+                       key=lambda n: -abs(measured_kept.get(n, 0) - engine_kept.get(n, 0)))
+        for name in diffs[: args.top]:
+            print(f"    {name:36s} {types.get(name, '?'):22s} measured {measured_kept.get(name, 0) / MIB:7.1f}  "
+                  f"engine {engine_kept.get(name, 0) / MIB:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
