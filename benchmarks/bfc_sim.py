@@ -26,6 +26,7 @@ from probe_child import FROZEN_STAGE, FROZEN_STEP, FROZEN_VARIANTS, PREAMBLE, la
 
 from calc.allocator import rounded  # noqa: E402
 
+FLOAT = 4
 MIB = 1 << 20
 
 SWEEPS = os.path.join(ROOT, "calc", "data", "frozen_sweeps_cpu.json")
@@ -205,11 +206,13 @@ def measure(argv: list[str]) -> None:
 # anything else allocated as it is) and "keras" (every variable and slot from one value
 # of its size, freed once the variable holds its copy) are the engine's two histories
 # (``calc.estimate._resident_pool``), each alone; the engine keeps the larger of their
-# peaks. The others were tried against the Xception 299 px frozen misses
-# (docs/MEASUREMENTS.md, stop 8).
-RESIDENT_VARIANTS = ("keras", "two_temporaries", "slots_without_value", "slot_values_freed_together",
+# peaks ("engine"). The others were tried against the Xception 299 px frozen misses
+# (docs/MEASUREMENTS.md, stop 8; "slot_moved_in_warm_up[_or_one_value]" at stop 9, from a
+# traced history: docs/BFC_SIM.md).
+RESIDENT_VARIANTS = ("engine", "keras", "two_temporaries", "slots_without_value", "slot_values_freed_together",
                      "all_values_freed_together", "warm_up_step", "slots_after_batch", "slots_after_batch_warm_up",
-                     "random_kernels_only", "random_kernels_only_after_batch")
+                     "random_kernels_only", "random_kernels_only_after_batch", "slot_moved_in_warm_up",
+                     "slot_moved_in_warm_up_or_one_value")
 
 
 def _variant_peak(profile, config, variant: str) -> int:
@@ -223,6 +226,11 @@ def _variant_peak(profile, config, variant: str) -> int:
         bfc.reset_peak()
         replay(bfc, events, config.per_replica_batch)
         return bfc.peak
+    if variant == "engine":  # the larger of the engine's two histories
+        return max(_variant_peak(profile, config, "keras"), _variant_peak(profile, config, "random_kernels_only"))
+    if variant in ("slot_moved_in_warm_up", "slot_moved_in_warm_up_or_one_value"):
+        return _slot_moved_peak(profile, config, events,
+                                also_one_value=variant == "slot_moved_in_warm_up_or_one_value")
     n_vars = len(_variable_elements(profile, _trainable_flags(profile, config)[0])[0])
     bfc, pending, batch_chunk = BFC(), [], None
     batch_bytes = sum(4 * profile.tensor_elements[t] for t in profile.input_ids) * config.per_replica_batch
@@ -260,6 +268,66 @@ def _variant_peak(profile, config, variant: str) -> int:
     bfc.reset_peak()
     replay(bfc, events, config.per_replica_batch)
     return bfc.peak
+
+
+def _slot_moved_peak(profile, config, events, also_one_value: bool = False) -> int:
+    """The drawn-kernel history, then a warm-up step whose update gives one slot of each
+    trained variable a new buffer (the old one freed), then the measured step.
+
+    Traced (``measure_once(trace="history")``, Xception 299 px frozen Nadam): the head's
+    slot is re-made by ``nadam/AssignAddVariableOp`` during the warm-up's update, while
+    the head's gradient and update temporaries are alive, and stays there.
+    """
+    from calc.allocator import BFC
+    from calc.estimate import UNTRACKED_BELOW, _randomly_initialized, _resident_pool, _resident_requests, \
+        _trainable_flags, _variable_elements, replay
+
+    trained = _trainable_flags(profile, config)[0]
+    every, trainable = _variable_elements(profile, trained)
+    requests = _resident_requests(profile, config)
+    random = _randomly_initialized(profile)
+    bfc = BFC()
+    slot_chunks: dict[int, object] = {}  # first slot of each trained variable, by its index in ``trainable``
+    n_slots = (len(requests) - len(every)) // max(1, len(trainable)) if trainable else 0
+    for k, nbytes in enumerate(requests):
+        if nbytes < UNTRACKED_BELOW:
+            continue
+        if k < len(random) and random[k]:
+            draw, scaled = bfc.alloc(nbytes), bfc.alloc(nbytes)
+            bfc.alloc(nbytes)
+            bfc.free(draw)
+            bfc.free(scaled)
+        else:
+            chunk = bfc.alloc(nbytes)
+            j = k - len(every)  # slots come per variable, ``n_slots`` in a row
+            if n_slots and 0 <= j < n_slots * len(trainable) and j % n_slots == 0:
+                slot_chunks[j // n_slots] = chunk
+    marker = max(i for i, ev in enumerate(events) if ev[0] == "m" and ev[1] == "optimizer update")
+    cut = marker - 1 if events[marker - 1][0] == "f" else marker
+    batch = config.per_replica_batch
+    live = {}
+    for i, ev in enumerate(events):
+        if i == cut:
+            for j, old in slot_chunks.items():
+                bfc.alloc(FLOAT * trainable[j])
+                bfc.free(old)
+        if ev[0] == "a":
+            nbytes = ev[2] * batch + ev[3]
+            if nbytes >= UNTRACKED_BELOW:
+                live[ev[1]] = bfc.alloc(nbytes)
+        elif ev[0] == "f" and ev[1] in live:
+            bfc.free(live.pop(ev[1]))
+    for chunk in live.values():
+        bfc.free(chunk)
+    bfc.reset_peak()
+    replay(bfc, events, batch)
+    peak = bfc.peak
+    if also_one_value:
+        other = _resident_pool(profile, config, drawn_kernels=False)
+        other.reset_peak()
+        replay(other, events, batch)
+        peak = max(peak, other.peak)
+    return peak
 
 
 def variants(names: list[str]) -> None:

@@ -245,7 +245,7 @@ MAX_WARMUP_STEPS = 30  # the loss scale halves per overflowing step: 2^15 -> 1 i
 
 
 def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = False,
-                       trace: bool = False) -> dict[str, Any]:
+                       trace: bool | str = False) -> dict[str, Any]:
     """Runs the measurement protocol of MEMORY_FACTS.md in this process.
 
     One inter-op and one intra-op thread; build, compile, warm-up ``train_on_batch``
@@ -258,7 +258,9 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     ``jit_compile="auto"`` would turn XLA on by itself on a GPU (off on a CPU).
 
     ``trace``: record the measured step with TensorFlow's profiler and return its
-    allocator events under ``"allocations"`` (``_allocator_timeline``).
+    allocator events under ``"allocations"`` (``_allocator_timeline``); ``"history"``
+    also records everything before it (build, compile, warm-up) under
+    ``"allocations_before"``.
     """
     import numpy as np
     import tensorflow as tf
@@ -269,6 +271,10 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     device = "GPU:0" if gpus else "CPU:0"
     keras = _keras()
     started = time.perf_counter()
+    profiler_options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=3)
+    history_dir = tempfile.mkdtemp(prefix="calc-trace-") if trace == "history" else None
+    if history_dir:
+        tf.profiler.experimental.start(history_dir, options=profiler_options)
     model, backbone = build_model(spec, config.precision.value, config.train_mode)
     if config.train_mode is TrainMode.FROZEN_BACKBONE:
         if backbone is None:
@@ -303,13 +309,17 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         if warmup >= limit:
             raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
         warmup += 1
+    extra: dict[str, Any] = {}
+    if history_dir:
+        tf.profiler.experimental.stop()
+        extra["allocations_before"] = _allocator_timeline(history_dir)
+        shutil.rmtree(history_dir, ignore_errors=True)
     trace_dir = tempfile.mkdtemp(prefix="calc-trace-") if trace else None
     for _ in range(limit):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
         if trace_dir:
-            tf.profiler.experimental.start(
-                trace_dir, options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+            tf.profiler.experimental.start(trace_dir, options=profiler_options)
         try:
             applied = step_applies_update()  # reading the scalar counter allocates nothing tracked
         finally:
@@ -320,7 +330,6 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
             break
     else:
         raise RuntimeError(f"the measured step skipped its update {limit} times")
-    extra: dict[str, Any] = {}
     if trace_dir:
         extra["allocations"] = _allocator_timeline(trace_dir)
         shutil.rmtree(trace_dir, ignore_errors=True)
@@ -418,7 +427,7 @@ def _child_main(argv: list[str]) -> int:
         return 0
     request = json.loads(argv[0])
     result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
-                                xla=request.get("xla") is True, trace=request.get("trace") is True)
+                                xla=request.get("xla") is True, trace=request.get("trace") if request.get("trace") in (True, "history") else False)
     sys.stdout.write("MEASURED " + json.dumps(result) + "\n")
     return 0
 

@@ -59,16 +59,17 @@ def child_env() -> dict[str, str]:
 
 
 def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False,
-                 trace: bool = False) -> dict:
+                 trace: bool | str = False) -> dict:
     """Runs the protocol once in a fresh Python process and returns its JSON result.
 
     ``xla``: compile the step with XLA (``jit_compile=True``); by default it runs on
     TensorFlow's graph executor, the step the engine models, on a GPU too.
     ``trace``: also return the measured step's allocator events (``"allocations"``,
-    from TensorFlow's profiler; ``benchmarks/trace_step.py`` reads them).
+    from TensorFlow's profiler; ``benchmarks/trace_step.py`` reads them); ``"history"``
+    also the events before it, from the model's build on (``"allocations_before"``).
     """
     request = json.dumps({"spec": spec_to_dict(spec), "config": config_to_dict(config), "xla": bool(xla),
-                          "trace": bool(trace)})
+                          "trace": trace if trace == "history" else bool(trace)})
     env = child_env()
     try:
         proc = subprocess.run(

@@ -124,8 +124,18 @@ def test_a_traced_step_accounts_for_its_peak_op_by_op():
     from calc.measure import measure_once
     from calc.types import TrainingConfig
 
-    result = measure_once(make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8, optimizer="sgd"), trace=True)
+    result = measure_once(make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8, optimizer="adam"),
+                          trace="history")
     events = result["allocations"]
+    # The history from the build on accounts for everything resident before the step.
+    live = {}
+    for e in result["allocations_before"]:
+        if e[0] == "a":
+            live[e[3]] = e[1]
+        else:
+            live.pop(e[3], None)
+    assert sum(live.values()) == result["current_before_bytes"]
+    assert any(e[4].endswith("AddV2") for e in result["allocations_before"] if e[0] == "a")  # a random kernel
     allocations = [e for e in events if e[0] == "a"]
     # Each names its op, but the copy of the input batch made outside the traced function.
     assert allocations and sum(not e[4] for e in allocations) <= 2
