@@ -278,30 +278,19 @@ def _slot_moved_peak(profile, config, events, also_one_value: bool = False) -> i
     slot is re-made by ``nadam/AssignAddVariableOp`` during the warm-up's update, while
     the head's gradient and update temporaries are alive, and stays there.
     """
-    from calc.allocator import BFC
-    from calc.estimate import UNTRACKED_BELOW, _randomly_initialized, _resident_pool, _resident_requests, \
-        _trainable_flags, _variable_elements, replay
+    from calc.estimate import UNTRACKED_BELOW, _resident_pool, _resident_requests, _trainable_flags, \
+        _variable_elements, replay
 
     trained = _trainable_flags(profile, config)[0]
     every, trainable = _variable_elements(profile, trained)
-    requests = _resident_requests(profile, config)
-    random = _randomly_initialized(profile)
-    bfc = BFC()
-    slot_chunks: dict[int, object] = {}  # first slot of each trained variable, by its index in ``trainable``
-    n_slots = (len(requests) - len(every)) // max(1, len(trainable)) if trainable else 0
-    for k, nbytes in enumerate(requests):
-        if nbytes < UNTRACKED_BELOW:
-            continue
-        if k < len(random) and random[k]:
-            draw, scaled = bfc.alloc(nbytes), bfc.alloc(nbytes)
-            bfc.alloc(nbytes)
-            bfc.free(draw)
-            bfc.free(scaled)
-        else:
-            chunk = bfc.alloc(nbytes)
-            j = k - len(every)  # slots come per variable, ``n_slots`` in a row
-            if n_slots and 0 <= j < n_slots * len(trainable) and j % n_slots == 0:
-                slot_chunks[j // n_slots] = chunk
+    n_slots = (len(_resident_requests(profile, config)) - len(every)) // len(trainable) if trainable else 0
+    kept: list = []
+    bfc = _resident_pool(profile, config, drawn_kernels=True, kept=kept)
+    slot_chunks = {}  # the first slot of each trained variable, by its index in ``trainable``
+    for k, chunk in kept:
+        j = k - len(every)  # slots come per variable, ``n_slots`` in a row
+        if n_slots and 0 <= j < n_slots * len(trainable) and j % n_slots == 0:
+            slot_chunks[j // n_slots] = chunk
     marker = max(i for i, ev in enumerate(events) if ev[0] == "m" and ev[1] == "optimizer update")
     cut = marker - 1 if events[marker - 1][0] == "f" else marker
     batch = config.per_replica_batch

@@ -893,7 +893,8 @@ def allocator_peak(profile: ModelProfile, config: TrainingConfig) -> int:
     return _allocator_peak(profile, _without_batch(config), config.per_replica_batch)
 
 
-def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels: bool = True) -> BFC:
+def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels: bool = True,
+                   kept: list | None = None) -> BFC:
     """The simulated pool once the variables and optimizer slots exist.
 
     ``drawn_kernels``: as measured for one layer (``benchmarks/probe_init.py``, a 64 MiB
@@ -902,7 +903,8 @@ def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels:
     scaled copy), the variable copies the result, then both are freed; zeros and ones
     (biases, normalization, optimizer slots) become the variable without a copy.
     Otherwise every variable and slot is made from one value of its size, freed once the
-    variable holds its copy (the engine's history until stop 8).
+    variable holds its copy (the engine's history until stop 8). ``kept`` collects
+    ``(index in _resident_requests, chunk)`` of what stays (benchmarks/bfc_sim.py moves slots).
     """
     bfc = BFC()
     random = _randomly_initialized(profile) if drawn_kernels else ()
@@ -911,15 +913,17 @@ def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels:
             continue
         if not drawn_kernels:
             value = bfc.alloc(nbytes)
-            bfc.alloc(nbytes)
+            chunk = bfc.alloc(nbytes)
             bfc.free(value)
         elif k < len(random) and random[k]:
             draw, scaled = bfc.alloc(nbytes), bfc.alloc(nbytes)
-            bfc.alloc(nbytes)
+            chunk = bfc.alloc(nbytes)
             bfc.free(draw)
             bfc.free(scaled)
         else:
-            bfc.alloc(nbytes)
+            chunk = bfc.alloc(nbytes)
+        if kept is not None:
+            kept.append((k, chunk))
     return bfc
 
 
