@@ -275,6 +275,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
               for r in rows]
     lines.append(f"{s.cases} cases: median |error| {s.median_abs * 100:.1f}%, 90th percentile {s.p90_abs * 100:.1f}%, "
                  f"max {s.max_abs * 100:.1f}%; under-predicted {s.under_count} cases, worst {s.worst_under * 100:+.1f}%")
+    lines.append(f"measurement noise: {s.within_runs} of {s.cases} predictions lie within their case's measured runs; "
+                 f"off the nearest run: median {s.median_from_runs * 100:.1f}%, max {s.max_from_runs * 100:.1f}%")
+    out.update(within_measured_runs=s.within_runs, median_abs_error_from_nearest_run=s.median_from_runs,
+               max_abs_error_from_nearest_run=s.max_from_runs)
     seed = _seed_rule_errors(rows)
     out["seed_000_rule_median_abs_error"] = seed
     lines.append(f"for scale, seed 000's rule (neurons x batch + params) x 8 bytes on the same cases: "

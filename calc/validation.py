@@ -207,10 +207,22 @@ class ValidationRow:
     measured_bytes: int
     spread: float
     predicted_bytes: int
+    runs_bytes: tuple[int, ...] = ()  # every run's peak (the median is ``measured_bytes``)
 
     @property
     def relative_error(self) -> float:
         return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
+
+    @property
+    def error_from_nearest_run(self) -> float:
+        """How far the prediction lies outside the measured runs' range, over the median (0 inside)."""
+        runs = self.runs_bytes or (self.measured_bytes,)
+        low, high = min(runs), max(runs)
+        if self.predicted_bytes > high:
+            return (self.predicted_bytes - high) / self.measured_bytes
+        if self.predicted_bytes < low:
+            return (self.predicted_bytes - low) / self.measured_bytes
+        return 0.0
 
 
 def load_measurements(path: Path = CPU_DATA) -> dict[str, Any]:
@@ -260,7 +272,8 @@ def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
         config = config_from_dict(case["config"])
         predicted = estimate_memory(profile_for(spec), config).peak_bytes
         # One run per case (the GPU slice) has no spread.
-        rows.append(ValidationRow(case["case"], spec, config, case["peak_bytes"], case.get("spread", 0.0), predicted))
+        rows.append(ValidationRow(case["case"], spec, config, case["peak_bytes"], case.get("spread", 0.0), predicted,
+                                  tuple(case.get("peaks_bytes", ()))))
     return rows
 
 
@@ -272,6 +285,9 @@ class ErrorSummary:
     max_abs: float
     under_count: int
     worst_under: float
+    within_runs: int = 0  # predictions inside their case's range of measured runs
+    median_from_runs: float = 0.0  # |error_from_nearest_run|
+    max_from_runs: float = 0.0
 
 
 def summarize(rows: list[ValidationRow]) -> ErrorSummary:
@@ -287,6 +303,9 @@ def summarize(rows: list[ValidationRow]) -> ErrorSummary:
         max_abs=errors[-1],
         under_count=len(unders),
         worst_under=min(unders, default=0.0),
+        within_runs=sum(r.error_from_nearest_run == 0.0 for r in rows),
+        median_from_runs=statistics.median(abs(r.error_from_nearest_run) for r in rows),
+        max_from_runs=max(abs(r.error_from_nearest_run) for r in rows),
     )
 
 
@@ -308,7 +327,9 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
         "summary": {"cases": s.cases, "median_abs_error": s.median_abs, "p90_abs_error": s.p90_abs,
                     "max_abs_error": s.max_abs, "under_predicted": s.under_count,
                     "worst_under_prediction": s.worst_under,
-                    "worst_over_prediction": max(0.0, max(r.relative_error for r in rows))},
+                    "worst_over_prediction": max(0.0, max(r.relative_error for r in rows)),
+                    "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
+                    "max_abs_error_from_nearest_run": s.max_from_runs},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": r.relative_error, "measured_spread": r.spread} for r in rows],
     }, indent=1) + "\n")

@@ -48,6 +48,19 @@ def accuracy_line() -> str:
             f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")
 
 
+def noise_line() -> str:
+    """How the error compares with the spread of the measured runs themselves."""
+    try:
+        s = load_validation()["summary"]
+        within, median, worst = (s["within_measured_runs"], s["median_abs_error_from_nearest_run"],
+                                 s["max_abs_error_from_nearest_run"])
+    except (ValueError, OSError, KeyError) as exc:
+        return f"Validation report unavailable ({exc})."
+    return (f"Each case was measured three times in fresh processes, and the runs differ (the allocator's "
+            f"state before the step): {within} of {s['cases']} predictions lie within their case's runs; "
+            f"off the nearest run by a median {median:.1%}, at most {worst:.1%}.")
+
+
 @st.cache_data(show_spinner=False)
 def load_xla_slice() -> dict:
     """The report of the GPU slice measured under XLA (Keras' JAX backend, an H100)."""

@@ -2,7 +2,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line, load_validation
+from dashboard.loaders import accuracy_line, load_validation, noise_line
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
@@ -11,6 +11,7 @@ ensure_routed()
 st.title("How accurate is it? Predicted versus measured")
 inputs, profile = inputs_and_profile()
 st.caption(accuracy_line())
+st.caption(noise_line())
 try:
     report = load_validation()
 except (OSError, ValueError) as exc:

@@ -134,6 +134,15 @@ def test_every_page_renders(page):
     assert not at.error
 
 
+def test_validation_page_compares_the_error_with_the_spread_of_the_runs():
+    from calc.validation import CPU_REPORT, load_report
+
+    s = load_report(CPU_REPORT)["summary"]
+    line = next(c.value for c in app(page="pages/validation.py").caption if "lie within their case's runs" in c.value)
+    assert f"{s['within_measured_runs']} of {s['cases']} predictions" in line
+    assert f"{s['max_abs_error_from_nearest_run']:.1%}" in line
+
+
 def test_layers_table_shares_sum_to_one():
     at = app(page="pages/layers.py")
     df = at.dataframe[0].value

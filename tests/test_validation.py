@@ -6,8 +6,8 @@ import pytest
 
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
-from calc.validation import (CPU_DATA, CPU_REPORT, GPU_XLA_DATA, GPU_XLA_REPORT, load_measurements, report_path,
-                             summarize, validate)
+from calc.validation import (CPU_DATA, CPU_REPORT, GPU_XLA_DATA, GPU_XLA_REPORT, VALIDATION_CASES, ValidationRow,
+                             load_measurements, report_path, summarize, validate)
 
 DATA = load_measurements(CPU_DATA)
 
@@ -64,3 +64,17 @@ def test_the_gpu_slice_has_one_run_per_case_and_skips_failed_runs(tmp_path):
     rows = validate(path)
     assert [r.case for r in rows] == [c["case"] for c in data["cases"][:2]]
     assert all(r.spread == 0.0 for r in rows)
+
+
+def test_error_from_the_nearest_run_is_zero_inside_the_runs_and_signed_outside():
+    spec, config = VALIDATION_CASES[0]
+
+    def row(predicted, runs=(90, 100, 120)):
+        return ValidationRow("c", spec, config, 100, 0.3, predicted, runs)
+    assert row(95).error_from_nearest_run == 0.0 and row(120).error_from_nearest_run == 0.0
+    assert row(130).error_from_nearest_run == (130 - 120) / 100
+    assert row(81).error_from_nearest_run == (81 - 90) / 100
+    assert row(101, runs=()).error_from_nearest_run == 1 / 100  # one run: the median itself
+    s = summarize([row(95), row(130), row(81), row(110)])
+    assert s.within_runs == 2 and s.max_from_runs == (130 - 120) / 100
+    assert s.median_from_runs == (0.0 + 0.09) / 2
