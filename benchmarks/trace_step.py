@@ -2,6 +2,7 @@
 
     python benchmarks/trace_step.py SUBSTRING [--top 15] [--layers] [--save FILE.json]
     python benchmarks/trace_step.py SUBSTRING --table SUBSTRING [SUBSTRING ...]
+    python benchmarks/trace_step.py SUBSTRING --history [--save FILE.json]
 
 For the first committed validation case whose id contains SUBSTRING, runs the
 measurement protocol once in a fresh process (``calc.measure.measure_once`` with
@@ -99,6 +100,64 @@ def table(substrings: list[str]) -> None:
               f"{100 * (predicted / result['peak_bytes'] - 1):+9.1f}%", flush=True)
 
 
+INIT_OPS = ("AddV2", "Mul", "StatelessRandomUniformV2", "StatelessRandomNormalV2", "StatelessTruncatedNormalV2",
+            "Sqrt", "zeros")
+
+
+def history(sub: str, save: str | None) -> None:
+    """Replays a process's real requests through ``calc.allocator.BFC``, whole and in swapped parts."""
+    from calc.allocator import BFC
+    from calc.estimate import _resident_pool
+
+    spec, config = next((s, c) for s, c in VALIDATION_CASES if sub in case_id(s, c))
+    result = measure_once(spec, config, trace="history")
+    if save:
+        with open(save, "w") as f:
+            json.dump({"case": case_id(spec, config), "result": result}, f)
+    before, step = result["allocations_before"], result["allocations"]
+    # The warm-up starts with the first allocation of the model's forward pass (not an
+    # initializer's, not the optimizer's).
+    warm = next((i for i, e in enumerate(before) if e[0] == "a" and "/" in e[4]
+                 and not re.match(r"^(gradient_tape|sgd|adam|adamw|nadam|adamax|rm_sprop|ada_|ftrl|lion|lamb|"
+                                  r"adafactor|loss_scale)", e[4], re.I)
+                 and "nitializ" not in e[4] and e[4].split("/")[-1] not in INIT_OPS), len(before))
+
+    def peak(pool, parts) -> float:
+        live: dict = {}
+        for k, events in enumerate(parts):
+            if k == len(parts) - 1:
+                pool.reset_peak()
+            for e in events:
+                if e[0] == "a":
+                    live[e[3]] = pool.alloc(e[7])
+                elif e[3] in live:
+                    pool.free(live.pop(e[3]))
+        return pool.peak / MIB
+
+    profile = get_profile(spec)
+    rows = [
+        ("real build + real warm-up (the process)", peak(BFC(), [before[:warm], before[warm:], step])),
+        ("real build, no warm-up", peak(BFC(), [before[:warm], step])),
+        ("real build + the measured step as the warm-up", peak(BFC(), [before[:warm], step, step])),
+        ("engine's resident pool (drawn) + real warm-up", peak(_resident_pool(profile, config, True), [before[warm:], step])),
+        ("engine's resident pool (one value) + real warm-up",
+         peak(_resident_pool(profile, config, False), [before[warm:], step])),
+        ("engine's resident pool (drawn), no warm-up", peak(_resident_pool(profile, config, True), [step])),
+    ]
+    print(f"{case_id(spec, config)}: measured {result['peak_bytes'] / MIB:.1f} MiB; "
+          f"the real requests replayed through calc.allocator.BFC after each history:")
+    for label, value in rows:
+        print(f"  {label:52s} {value:8.1f}")
+    extra: dict[str, int] = defaultdict(int)
+    for events, sign in ((before[warm:], 1), (step, -1)):
+        for e in events:
+            if e[0] == "a":
+                extra[re.sub(r"_\d+$", "", e[4])] += sign * e[7]
+    diff = sorted(((v, k) for k, v in extra.items() if abs(v) >= MIB), reverse=True)
+    print("  requested by the warm-up minus the measured step, by op: "
+          + ", ".join(f"{k or '(unnamed)'} {v / MIB:+.1f} MiB" for v, k in diff[:6]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("substring")
@@ -108,7 +167,13 @@ def main() -> None:
     parser.add_argument("--table", nargs="+", metavar="SUBSTRING",
                         help="more cases, one line each: the step's requested bytes at its peak against the "
                              "walk's, and what whole chunks add")
+    parser.add_argument("--history", action="store_true",
+                        help="trace from the model's build on, and replay the real requests through the "
+                             "simulated allocator after swapped histories")
     args = parser.parse_args()
+    if args.history:
+        history(args.substring, args.save)
+        return
     if args.table:
         table([args.substring, *args.table])
         return
