@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -271,68 +272,54 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     device = "GPU:0" if gpus else "CPU:0"
     keras = _keras()
     started = time.perf_counter()
-    profiler_options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=3)
-    history_dir = tempfile.mkdtemp(prefix="calc-trace-") if trace == "history" else None
-    if history_dir:
-        tf.profiler.experimental.start(history_dir, options=profiler_options)
-    model, backbone = build_model(spec, config.precision.value, config.train_mode)
-    if config.train_mode is TrainMode.FROZEN_BACKBONE:
-        if backbone is None:
-            raise ValueError("A frozen backbone needs include_top=False (the transfer-learning head).")
-        backbone.trainable = False
-    elif config.train_mode is TrainMode.LAST_N:
-        ops = [op for op, _ in _walk(model, backbone)[0]]
-        for op in ops[: max(0, len(ops) - config.last_n_layers)]:
-            op.trainable = False
-    model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy", jit_compile=xla)
-    batch = config.per_replica_batch
-    rng = np.random.default_rng(0)
-    x = rng.random((batch, *spec.input_shape), dtype=np.float32)
-    y = rng.integers(0, spec.classes, size=(batch,))
-    # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
-    # at 2^15 and halves on every step with non-finite gradients, skipping the update:
-    # with a 1000-class head the first steps all overflow (benchmarks/probe_loss_scale.py).
-    # Training spends its time in steps that apply their update, and the engine predicts
-    # those, so the warm-up goes on until one has, and the measured step must apply its own.
-    # With gradient accumulation ``iterations`` is a fresh tensor (steps // N) on every
-    # read, so it is read again after each step; the update applies on every Nth step.
-    inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-
-    def step_applies_update() -> bool:
-        done = int(keras.ops.convert_to_numpy(inner.iterations))
-        model.train_on_batch(x, y)
-        return int(keras.ops.convert_to_numpy(inner.iterations)) > done
-
-    limit = MAX_WARMUP_STEPS * config.gradient_accumulation_steps
-    warmup = 1
-    while not step_applies_update():
-        if warmup >= limit:
-            raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
-        warmup += 1
     extra: dict[str, Any] = {}
-    if history_dir:
-        tf.profiler.experimental.stop()
-        extra["allocations_before"] = _allocator_timeline(history_dir)
-        shutil.rmtree(history_dir, ignore_errors=True)
-    trace_dir = tempfile.mkdtemp(prefix="calc-trace-") if trace else None
+    # "history": everything from the build to the measured step, under the profiler too.
+    with _recording_allocations(extra, "allocations_before") if trace == "history" else nullcontext():
+        model, backbone = build_model(spec, config.precision.value, config.train_mode)
+        if config.train_mode is TrainMode.FROZEN_BACKBONE:
+            if backbone is None:
+                raise ValueError("A frozen backbone needs include_top=False (the transfer-learning head).")
+            backbone.trainable = False
+        elif config.train_mode is TrainMode.LAST_N:
+            ops = [op for op, _ in _walk(model, backbone)[0]]
+            for op in ops[: max(0, len(ops) - config.last_n_layers)]:
+                op.trainable = False
+        model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy", jit_compile=xla)
+        batch = config.per_replica_batch
+        rng = np.random.default_rng(0)
+        x = rng.random((batch, *spec.input_shape), dtype=np.float32)
+        y = rng.integers(0, spec.classes, size=(batch,))
+        # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
+        # at 2^15 and halves on every step with non-finite gradients, skipping the update:
+        # with a 1000-class head the first steps all overflow (benchmarks/probe_loss_scale.py).
+        # Training spends its time in steps that apply their update, and the engine predicts
+        # those, so the warm-up goes on until one has, and the measured step must apply its own.
+        # With gradient accumulation ``iterations`` is a fresh tensor (steps // N) on every
+        # read, so it is read again after each step; the update applies on every Nth step.
+        inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+
+        def step_applies_update() -> bool:
+            done = int(keras.ops.convert_to_numpy(inner.iterations))
+            model.train_on_batch(x, y)
+            return int(keras.ops.convert_to_numpy(inner.iterations)) > done
+
+        limit = MAX_WARMUP_STEPS * config.gradient_accumulation_steps
+        warmup = 1
+        while not step_applies_update():
+            if warmup >= limit:
+                raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
+            warmup += 1
     for _ in range(limit):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
-        if trace_dir:
-            tf.profiler.experimental.start(trace_dir, options=profiler_options)
-        try:
+        # Each attempt is recorded afresh: a step that skipped its update is not the one measured.
+        with _recording_allocations(extra, "allocations") if trace else nullcontext():
             applied = step_applies_update()  # reading the scalar counter allocates nothing tracked
-        finally:
-            if trace_dir:
-                tf.profiler.experimental.stop()
         info = tf.config.experimental.get_memory_info(device)
         if applied:
             break
     else:
         raise RuntimeError(f"the measured step skipped its update {limit} times")
-    if trace_dir:
-        extra["allocations"] = _allocator_timeline(trace_dir)
-        shutil.rmtree(trace_dir, ignore_errors=True)
     return {**extra,
         "peak_bytes": int(info["peak"]),
         "current_before_bytes": int(before),
@@ -345,6 +332,24 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         "jit_compile": str(model.jit_compile),
         "warmup_steps": warmup,
     }
+
+
+@contextmanager
+def _recording_allocations(into: dict[str, Any], key: str):
+    """Records the block with TensorFlow's profiler; ``into[key]`` gets its allocator events."""
+    import tensorflow as tf
+
+    trace_dir = tempfile.mkdtemp(prefix="calc-trace-")
+    try:
+        tf.profiler.experimental.start(trace_dir,
+                                       options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+        into[key] = _allocator_timeline(trace_dir)
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
 
 
 def _allocator_timeline(trace_dir: str) -> list[list]:
@@ -426,8 +431,9 @@ def _child_main(argv: list[str]) -> int:
         sys.stdout.write("PROFILE " + json.dumps(profile_to_dict(profile)) + "\n")
         return 0
     request = json.loads(argv[0])
+    trace = request.get("trace")
     result = measure_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
-                                xla=request.get("xla") is True, trace=request.get("trace") if request.get("trace") in (True, "history") else False)
+                                xla=request.get("xla") is True, trace=trace if trace in (True, "history") else False)
     sys.stdout.write("MEASURED " + json.dumps(result) + "\n")
     return 0
 
