@@ -418,6 +418,11 @@ def accumulator_reset_parameters(profile: ModelProfile, config: TrainingConfig) 
     return sum(_accumulator_reset_elements(profile, _trainable_flags(profile, config)[0]))
 
 
+def _output_channels(layer) -> int:
+    """The last dimension of the layer's first output (0 when unknown): a bias is this long."""
+    return layer.output_shapes[0][-1] if layer.output_shapes and layer.output_shapes[0] else 0
+
+
 def _accumulator_reset_elements(profile: ModelProfile, trained: list[bool]) -> list[int]:
     """Elements of the zeros constants that reset gradient accumulators, one per shape.
 
@@ -435,7 +440,7 @@ def _accumulator_reset_elements(profile: ModelProfile, trained: list[bool]) -> l
     for t, layer in zip(trained, profile.layers):
         if not t or layer.shares_weights:
             continue
-        last = layer.output_shapes[0][-1] if layer.output_shapes and layer.output_shapes[0] else 0
+        last = _output_channels(layer)
         for j, e in enumerate(layer.trainable_weight_elements):
             # A kernel's shape is told apart by its layer kind and output channels;
             # vectors (biases, scales) of one length share a shape.
@@ -864,7 +869,7 @@ def _randomly_initialized(profile: ModelProfile) -> tuple[bool, ...]:
     for layer in profile.layers:
         kernels = rule_for(layer.layer_type, layer.activation)[0].input_for_weights_only
         weights = layer.trainable_weight_elements
-        last = layer.output_shapes[0][-1] if layer.output_shapes and layer.output_shapes[0] else -1
+        last = _output_channels(layer)
         for j, e in enumerate(weights):
             bias = j == len(weights) - 1 and len(weights) > 1 and e == last
             flags.append(kernels and not bias)
@@ -947,9 +952,11 @@ def _allocator_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -
     peaks = []
     for drawn in (True, False):
         bfc = BFC.restored(_resident_state(profile, config, drawn))
-        # The protocol's warm-up step leaves regions the measured step reuses; replaying
-        # one first gave the same peaks on the 41 measured frozen points
-        # (docs/BFC_SIM.md), at twice the cost, so the step is replayed once.
+        # The protocol's warm-up step leaves regions the measured step reuses. Replaying
+        # the walk's own step first gave the same peaks on the 41 measured frozen points,
+        # at twice the cost, so the step is replayed once; the real warm-up differs from
+        # later steps by copying the optimizer's slots among its tensors, which sets the
+        # real layout (docs/BFC_SIM.md, stop 9) and is not modelled yet.
         bfc.reset_peak()
         replay(bfc, events, batch)
         peaks.append(bfc.peak)
