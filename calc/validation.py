@@ -285,6 +285,7 @@ class ErrorSummary:
     max_abs: float
     under_count: int
     worst_under: float
+    worst_over: float = 0.0  # the largest over-prediction (0 when none)
     within_runs: int = 0  # predictions inside their case's range of measured runs
     median_from_runs: float = 0.0  # |error_from_nearest_run|
     max_from_runs: float = 0.0
@@ -303,6 +304,7 @@ def summarize(rows: list[ValidationRow]) -> ErrorSummary:
         max_abs=errors[-1],
         under_count=len(unders),
         worst_under=min(unders, default=0.0),
+        worst_over=max(0.0, max(r.relative_error for r in rows)),
         within_runs=sum(r.error_from_nearest_run == 0.0 for r in rows),
         median_from_runs=statistics.median(abs(r.error_from_nearest_run) for r in rows),
         max_from_runs=max(abs(r.error_from_nearest_run) for r in rows),
@@ -327,7 +329,7 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
         "summary": {"cases": s.cases, "median_abs_error": s.median_abs, "p90_abs_error": s.p90_abs,
                     "max_abs_error": s.max_abs, "under_predicted": s.under_count,
                     "worst_under_prediction": s.worst_under,
-                    "worst_over_prediction": max(0.0, max(r.relative_error for r in rows)),
+                    "worst_over_prediction": s.worst_over,
                     "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
                     "max_abs_error_from_nearest_run": s.max_from_runs},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
