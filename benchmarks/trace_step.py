@@ -63,6 +63,27 @@ def part_of(op: str, model_prefixes: set[str]) -> str:
     return f"other ({first}/)"
 
 
+# Ops named after an optimizer or the loss, not after the model.
+NOT_THE_MODEL = re.compile(r"^(gradient_tape|sgd|adam|adamw|nadam|adamax|rmsprop|rm_sprop|adagrad|ada_grad|adadelta|"
+                           r"ada_delta|ada_max|ftrl|lion|lamb|adafactor|loss_scale_optimizer|compile_loss|keras)",
+                           re.I)
+
+
+def find_case(substring: str):
+    """The first validation case whose id contains ``substring``."""
+    match = next(((s, c) for s, c in VALIDATION_CASES if substring in case_id(s, c)), None)
+    if match is None:
+        raise SystemExit(f"no validation case contains {substring!r}")
+    return match
+
+
+def walk_requested(profile, config) -> tuple[int, int, str]:
+    """The engine's walk at its peak in requested bytes (no chunk effects): (total, weights and slots, phase)."""
+    b = config.per_replica_batch
+    return max((sum(m.fixed) + sum(n * _raw_bytes(size * b) for hist in m.per_sample for size, n in hist),
+                m.fixed[W] + m.fixed[OPT], m.phase) for m in _simulate(profile, config, record=True)[0])
+
+
 def live_at_peak(events: list[list]) -> tuple[int, list[list], list]:
     """(index of the peak event, the step's allocations alive then, that event)."""
     live: dict[int, list] = {}
@@ -84,13 +105,10 @@ def table(substrings: list[str]) -> None:
     print(f"{'case':70s} {'peak':>7s} {'step req.':>9s} {'walk req.':>9s} {'walk err':>8s} {'chunks +':>8s} "
           f"{'engine err':>10s}")
     for sub in substrings:
-        spec, config = next((s, c) for s, c in VALIDATION_CASES if sub in case_id(s, c))
+        spec, config = find_case(sub)
         result = measure_once(spec, config, trace=True)
         profile = get_profile(spec)
-        b = config.per_replica_batch
-        raw = [(sum(m.fixed) + sum(n * _raw_bytes(size * b) for hist in m.per_sample for size, n in hist),
-                m.fixed[W] + m.fixed[OPT]) for m in _simulate(profile, config, record=True)[0]]
-        total, resident = max(raw)
+        total, resident, _ = walk_requested(profile, config)
         _, live, _ = live_at_peak(result["allocations"])
         given, asked = sum(e[1] for e in live), sum(e[7] for e in live)
         walk = total - resident
@@ -109,7 +127,7 @@ def history(sub: str, save: str | None) -> None:
     from calc.allocator import BFC
     from calc.estimate import _resident_pool
 
-    spec, config = next((s, c) for s, c in VALIDATION_CASES if sub in case_id(s, c))
+    spec, config = find_case(sub)
     result = measure_once(spec, config, trace="history")
     if save:
         with open(save, "w") as f:
@@ -117,9 +135,7 @@ def history(sub: str, save: str | None) -> None:
     before, step = result["allocations_before"], result["allocations"]
     # The warm-up starts with the first allocation of the model's forward pass (not an
     # initializer's, not the optimizer's).
-    warm = next((i for i, e in enumerate(before) if e[0] == "a" and "/" in e[4]
-                 and not re.match(r"^(gradient_tape|sgd|adam|adamw|nadam|adamax|rm_sprop|ada_|ftrl|lion|lamb|"
-                                  r"adafactor|loss_scale)", e[4], re.I)
+    warm = next((i for i, e in enumerate(before) if e[0] == "a" and "/" in e[4] and not NOT_THE_MODEL.match(e[4])
                  and "nitializ" not in e[4] and e[4].split("/")[-1] not in INIT_OPS), len(before))
 
     def peak(pool, parts) -> float:
@@ -177,10 +193,7 @@ def main() -> None:
     if args.table:
         table([args.substring, *args.table])
         return
-    matches = [(s, c) for s, c in VALIDATION_CASES if args.substring in case_id(s, c)]
-    if not matches:
-        raise SystemExit(f"no validation case contains {args.substring!r}")
-    spec, config = matches[0]
+    spec, config = find_case(args.substring)
     result = measure_once(spec, config, trace=True)
     events = result["allocations"]
     if args.save:
@@ -193,10 +206,7 @@ def main() -> None:
           f"{result['current_before_bytes'] / MIB:.1f}, step {(result['peak_bytes'] - result['current_before_bytes']) / MIB:.1f}")
     print(f"  engine {predicted.peak_bytes / MIB:.1f} MiB at {predicted.peak_phase}: "
           + ", ".join(f"{k} {v / MIB:.1f}" for k, v in predicted.components().items() if v))
-    b = config.per_replica_batch
-    raw = [(sum(m.fixed) + sum(n * _raw_bytes(size * b) for hist in m.per_sample for size, n in hist),
-            m.fixed[W] + m.fixed[OPT], m.phase) for m in _simulate(profile, config, record=True)[0]]
-    total, resident, phase = max(raw)
+    total, resident, phase = walk_requested(profile, config)
     print(f"  engine's walk in requested bytes (no chunk effects): peak {total / MIB:.1f} MiB at {phase}, "
           f"of which the step {(total - resident) / MIB:.1f} (weights and slots {resident / MIB:.1f})")
     if not events:
@@ -205,8 +215,7 @@ def main() -> None:
     index, live, ev = live_at_peak(events)
     firsts = {e[4].split("/", 1)[0] for e in events if e[0] == "a" and e[4] and not e[4].startswith("gradient_tape")}
     model_prefixes = {p for p in firsts if any(e[4].startswith(p + "/") and e[6] == "output" for e in events)
-                      and not re.match(r"^(sgd|adam|adamw|nadam|adamax|rmsprop|adagrad|adadelta|ftrl|lion|lamb|"
-                                       r"adafactor|rm_sprop|ada_delta|ada_grad|ada_max|loss_scale_optimizer|compile_loss|keras)", p, re.I)}
+                      and not NOT_THE_MODEL.match(p)}
     print(f"  {len(events)} events; peak at event {index}: {ev[2] / MIB:.1f} MiB in use after "
           f"{ev[4]} {ev[5]} ({ev[1] / MIB:.2f} MiB, {ev[6]})")
     total = sum(e[1] for e in live)
