@@ -278,8 +278,7 @@ def _slot_moved_peak(profile, config, events, also_one_value: bool = False) -> i
     slot is re-made by ``nadam/AssignAddVariableOp`` during the warm-up's update, while
     the head's gradient and update temporaries are alive, and stays there.
     """
-    from calc.estimate import UNTRACKED_BELOW, _resident_pool, _resident_requests, _trainable_flags, \
-        _variable_elements, replay
+    from calc.estimate import _resident_pool, _resident_requests, _trainable_flags, _variable_elements, replay
 
     trained = _trainable_flags(profile, config)[0]
     every, trainable = _variable_elements(profile, trained)
@@ -294,29 +293,17 @@ def _slot_moved_peak(profile, config, events, also_one_value: bool = False) -> i
     marker = max(i for i, ev in enumerate(events) if ev[0] == "m" and ev[1] == "optimizer update")
     cut = marker - 1 if events[marker - 1][0] == "f" else marker
     batch = config.per_replica_batch
-    live = {}
-    for i, ev in enumerate(events):
-        if i == cut:
-            for j, old in slot_chunks.items():
-                bfc.alloc(FLOAT * trainable[j])
-                bfc.free(old)
-        if ev[0] == "a":
-            nbytes = ev[2] * batch + ev[3]
-            if nbytes >= UNTRACKED_BELOW:
-                live[ev[1]] = bfc.alloc(nbytes)
-        elif ev[0] == "f" and ev[1] in live:
-            bfc.free(live.pop(ev[1]))
-    for chunk in live.values():
+    live = replay(bfc, events[:cut], batch)  # the warm-up, up to its update's temporaries
+    for j, old in slot_chunks.items():
+        bfc.alloc(FLOAT * trainable[j])
+        bfc.free(old)
+    for chunk in replay(bfc, events[cut:], batch, live).values():
         bfc.free(chunk)
     bfc.reset_peak()
     replay(bfc, events, batch)
-    peak = bfc.peak
     if also_one_value:
-        other = _resident_pool(profile, config, drawn_kernels=False)
-        other.reset_peak()
-        replay(other, events, batch)
-        peak = max(peak, other.peak)
-    return peak
+        return max(bfc.peak, _variant_peak(profile, config, "keras"))
+    return bfc.peak
 
 
 def variants(names: list[str]) -> None:

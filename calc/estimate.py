@@ -963,12 +963,14 @@ def _allocator_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -
     return max(peaks)
 
 
-def replay(pool, events, batch: int) -> None:
+def replay(pool, events, batch: int, live: dict | None = None) -> dict:
     """Places one step's allocation events, at this batch, in ``pool`` (its ``alloc`` / ``free``).
 
     Requests the allocator's statistics do not count (under 256 KiB) are left out.
+    Returns the handles still allocated, by event id; pass them as ``live`` to go on
+    with the rest of a step replayed in parts.
     """
-    live = {}
+    live = {} if live is None else live
     for ev in events:
         kind = ev[0]
         if kind == "a":
@@ -979,6 +981,7 @@ def replay(pool, events, batch: int) -> None:
             handle = live.pop(ev[1], None)
             if handle is not None:
                 pool.free(handle)
+    return live
 
 
 def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: range | list[int]) -> list[int]:
