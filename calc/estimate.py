@@ -312,6 +312,21 @@ def _grouped_depthwise_scratch(layer, profile: ModelProfile) -> int:
     return int(XLA_DEPTHWISE_FILTER_GRAD * FLOAT32 * k * c_in * c_out)
 
 
+def largest_fixed_request_bytes(profile: ModelProfile, config: TrainingConfig) -> int:
+    """The largest single request of the step that does not grow with the batch, in full training.
+
+    XLA's dense filter gradient of a depthwise Conv2D with groups (``_grouped_depthwise_scratch``;
+    ConvNeXt's 7x7 convs: 220 MiB for ConvNeXtTiny, 880 MiB for ConvNeXtXLarge). The walk
+    counts it at its size, but the allocator may hand it a free chunk up to 128 MiB larger
+    (``SPLIT_ALWAYS_ABOVE``), depending on the pool: traced on ConvNeXtTiny 128 px b8 adamax
+    mixed_float16, its 220.9 MiB request got a 310.4 MiB chunk and set the peak. Runs of one
+    such step are bimodal (docs/MEASUREMENTS.md, stop 10). 0 unless every layer trains.
+    """
+    if config.train_mode is not TrainMode.ALL:
+        return 0
+    return max((_grouped_depthwise_scratch(layer, profile) for layer in profile.layers), default=0)
+
+
 def _executor_order(layers, producer) -> list[int]:
     """The order of the forward pass as TensorFlow's executor runs it (one inter-op thread).
 

@@ -362,7 +362,8 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
                     "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
                     "max_abs_error_from_nearest_run": s.max_from_runs},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
-                   "relative_error": r.relative_error, "measured_spread": r.spread} for r in rows],
+                   "relative_error": r.relative_error, "measured_spread": r.spread,
+                   "runs_bytes": list(r.runs_bytes)} for r in rows],
     }, indent=1) + "\n")
 
 

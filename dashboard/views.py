@@ -9,6 +9,7 @@ from calc.estimate import (
     early_temporaries_per_variable,
     estimate_memory,
     fit_on_gpu,
+    largest_fixed_request_bytes,
     max_batch_size,
     memory_curve,
     plan_step,
@@ -48,6 +49,7 @@ class EstimateView:
     curve_bytes: tuple[int, ...]
     unknown_layer_types: tuple[str, ...]
     largest_variable_bytes: int = 0
+    largest_fixed_request_bytes: int = 0
 
     @property
     def headroom_fraction(self) -> float:
@@ -75,6 +77,7 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
         largest_variable_bytes=4 * max((e for layer in profile.layers
                                         for e in (*layer.trainable_weight_elements, *layer.non_trainable_weight_elements)),
                                        default=0),
+        largest_fixed_request_bytes=largest_fixed_request_bytes(profile, config),
     )
 
 
@@ -299,6 +302,25 @@ def big_variable_note(view: EstimateView, inputs: Inputs) -> str | None:
             "repeated runs of one VGG16 224 px step at batch 8 measured 1100-1195 MiB or 1851 MiB, and the "
             "estimate lies between the two (+33 % against the first, -14 % against the second). Keep a safety "
             "margin of 20 %, or use a no-top head (global pooling) instead.")
+
+
+def fixed_request_note(view: EstimateView, inputs: Inputs, record: tuple[int, float, float, float] | None) -> str | None:
+    """A warning when one batch-independent request is so large that its chunk splits runs in two.
+
+    ``record``: (cases, lowest error, highest error, margin that covers the highest run) of
+    the measured ConvNeXt steps (``dashboard.loaders.fixed_request_record``), or None.
+    """
+    if view.largest_fixed_request_bytes < BIG_VARIABLE_BYTES:
+        return None
+    text = (f"The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
+            f"TensorFlow) asks for {fmt(view.largest_fixed_request_bytes, inputs)} at once, whatever the batch. "
+            "TensorFlow's allocator may hand that request a free chunk up to 128 MiB larger, depending on what its "
+            "pool holds, so repeated runs of one step differ")
+    if record is None:
+        return text + "."
+    cases, lowest, highest, margin = record
+    return (f"{text}: on {cases} measured ConvNeXt steps the estimate was off by {lowest:+.0%} to {highest:+.0%} "
+            f"against the median run, and a safety margin of {margin:.0%} covers every single run.")
 
 
 FROZEN_BACKBONE_NOTE = (

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line, xla_line
+from dashboard.loaders import accuracy_line, fixed_request_record, xla_line
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
@@ -30,6 +30,8 @@ if inputs.train_mode == "frozen_backbone":
     st.warning(views.FROZEN_BACKBONE_NOTE)
 if big_variable := views.big_variable_note(view, inputs):
     st.warning(big_variable)
+if fixed_request := views.fixed_request_note(view, inputs, fixed_request_record()):
+    st.warning(fixed_request)
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
 

@@ -321,6 +321,23 @@ def test_a_model_with_one_huge_variable_warns_that_runs_are_bimodal():
     assert not any("One variable of this model" in w.value for w in app().warning)
 
 
+def test_convnext_warns_that_its_filter_gradient_request_splits_runs_and_gives_the_measured_margin():
+    from calc.validation import load_report
+
+    cases = [c for c in load_report()["cases"] if c["case"].startswith("ConvNeXt")
+             and "frozen" not in c["case"] and "layers" not in c["case"]]
+    highest = max(max(c["runs_bytes"]) / c["predicted_bytes"] - 1 for c in cases)
+    at = app({**SMALL, "model": "ConvNeXtTiny", "image_size": "128", "batch_size": "8", "optimizer": "adamax"})
+    note = next(w.value for w in at.warning if "grouped depthwise convolutions" in w.value)
+    assert f"asks for {2 * 4 * 49 * 768 * 768 / 2**30:.2f} GiB at once" in note  # two dense 7x7x768x768 filters
+    assert f"on {len(cases)} measured ConvNeXt steps" in note
+    assert f"{min(c['relative_error'] for c in cases):+.0%} to {max(c['relative_error'] for c in cases):+.0%}" in note
+    assert f"safety margin of {highest / (1 + highest):.0%}" in note
+    assert not any("grouped depthwise" in w.value for w in app().warning)
+    frozen = app({**SMALL, "model": "ConvNeXtTiny", "image_size": "128", "train_mode": "frozen_backbone"})
+    assert not any("grouped depthwise" in w.value for w in frozen.warning)
+
+
 def test_the_estimator_says_it_models_the_step_without_xla_and_how_far_xla_was():
     from calc.validation import GPU_XLA_REPORT, load_report
 

@@ -8,6 +8,7 @@ from calc.estimate import (
     UNTRACKED_BELOW,
     counted_bytes,
     estimate_memory,
+    largest_fixed_request_bytes,
     max_batch_size,
     memory_curve,
 )
@@ -275,8 +276,8 @@ def test_early_temporaries_are_alive_through_the_forward_pass():
     assert f16.other_bytes == 0
 
 
-def _grouped_conv_profile(groups_of_one: bool) -> ModelProfile:
-    c, hw, k = 512, 36, 49
+def _grouped_conv_profile(groups_of_one: bool, c: int = 512) -> ModelProfile:
+    hw, k = 36, 49
     kernel = k * c if groups_of_one else k * 2 * c
     conv = LayerStats(name="dw", layer_type="Conv2D", input_ids=(0,), output_ids=(1,), output_shapes=((6, 6, c),),
                       trainable_weight_elements=(kernel, c), detail="kernel_size=(7, 7) strides=(1, 1)")
@@ -299,6 +300,18 @@ def test_depthwise_as_grouped_conv_adds_xla_dense_filter_gradient():
     assert bf16.backward_transient_bytes >= 2 * dense_filter
     two_per_group = estimate_memory(_grouped_conv_profile(False), config)
     assert two_per_group.backward_transient_bytes < dense_filter
+
+
+def test_the_largest_batch_independent_request_is_xlas_dense_filter_gradient():
+    # Two dense float32 7x7xCxC filters in one request: 98 MiB at C=512, 220.5 MiB at
+    # C=768 (ConvNeXtTiny's last stage), at every batch; nothing without groups of one
+    # channel, and 0 unless every layer trains.
+    full = TrainingConfig(batch_size=4, optimizer="adam")
+    for c in (512, 768):
+        assert largest_fixed_request_bytes(_grouped_conv_profile(True, c), full) == 2 * 4 * 49 * c * c
+    assert largest_fixed_request_bytes(_grouped_conv_profile(False, 768), full) == 0
+    last_one = TrainingConfig(batch_size=4, optimizer="adam", train_mode="last_n", last_n_layers=1)
+    assert largest_fixed_request_bytes(_grouped_conv_profile(True, 768), last_one) == 0
 
 
 def _twin_relu_profile(twins: bool) -> ModelProfile:
