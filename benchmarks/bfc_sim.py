@@ -332,7 +332,8 @@ def variants(names: list[str]) -> None:
         a = sorted(abs(e) for e, _ in errors)
         xception = [f"{e:+.1f}" for e, label in errors if "Xception" in label and ("299" in label)]
         print(f"{variant:28s} {len(a)} points: median |error| {a[len(a) // 2]:.1f}%, max {a[-1]:.1f}%, "
-              f"more than 5 % low: {sum(e < -5 for e, _ in errors)}, worst {min(errors)[0]:+.1f}% ({min(errors)[1]}); "
+              f"more than 5 % low: {sum(e < -5 for e, _ in errors)} (10 %: {sum(e < -10 for e, _ in errors)}), "
+              f"worst {min(errors)[0]:+.1f}% ({min(errors)[1]}), highest {max(errors)[0]:+.1f}% ({max(errors)[1]}); "
               f"Xception 299 px: {' '.join(xception)}", flush=True)
 
 
