@@ -149,8 +149,21 @@ def _print(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
         print("\n".join(lines))
 
 
+# One line per ``calc.estimate.spread_caveats`` kind (docs/MEASUREMENTS.md has the runs).
+CAVEAT_LINES = {
+    "large_variable": ("one variable holds {gib:.3f} GiB; repeated runs of such a step are bimodal (VGG16 224 px "
+                       "b8 SGD: 1100-1195 or 1851 MiB), keep a 20 % margin"),
+    "large_fixed_request": ("one request of {gib:.3f} GiB whatever the batch (XLA's dense filter gradient of "
+                            "grouped convolutions) may get a chunk up to 128 MiB larger; runs can have two modes "
+                            "(ConvNeXtSmall 128 px b1 Adam: 875 / 878 / 1022 MiB)"),
+    "inference_layout": ("part of the model runs in inference, where the allocator's whole chunks set the peak "
+                         "({gib:.3f} GiB of them simulated here): it jumps between neighbouring batch sizes and "
+                         "runs differ by up to 15 %, keep a 25 % margin"),
+}
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from calc.estimate import estimate_memory, fit_on_gpu
+    from calc.estimate import estimate_memory, fit_on_gpu, spread_caveats
 
     name, profile, config = _profile_and_config(args)
     gpu = _gpu(args)
@@ -167,6 +180,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "components": b.components(),
         "peak_phase": b.peak_phase,
         "unknown_layer_types": list(profile.unknown_layer_types),
+        "caveats": spread_caveats(profile, config),
     }
     lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  {config.train_mode.value}"]
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
@@ -179,6 +193,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: {verdict} "
                      f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
                      f"largest batch that fits: {fit.max_batch}")
+    for kind, nbytes in out["caveats"].items():
+        lines.append(f"  note: {CAVEAT_LINES[kind].format(gib=nbytes / GIB)}")
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
     _print(out, args.json, lines)

@@ -327,6 +327,33 @@ def largest_fixed_request_bytes(profile: ModelProfile, config: TrainingConfig) -
     return max((_grouped_depthwise_scratch(layer, profile) for layer in profile.layers), default=0)
 
 
+def largest_variable_bytes(profile: ModelProfile) -> int:
+    """Bytes of the model's largest variable (float32 under every precision)."""
+    return FLOAT32 * max((e for layer in profile.layers
+                          for e in (*layer.trainable_weight_elements, *layer.non_trainable_weight_elements)), default=0)
+
+
+def spread_caveats(profile: ModelProfile, config: TrainingConfig) -> dict[str, int]:
+    """Why repeated runs of this step can differ widely, measured: kind -> bytes behind it.
+
+    - ``large_variable``: a variable of 128 MiB or more (VGG's fc1 with its Flatten top):
+      when the executor runs its weight gradient decides the peak (VGG16 224 px b8 SGD:
+      1100-1195 or 1851 MiB).
+    - ``large_fixed_request``: ``largest_fixed_request_bytes`` of 128 MiB or more (ConvNeXt),
+      whose chunk depends on the pool (ConvNeXtSmall 128 px b1 Adam: 875 / 878 / 1022 MiB).
+    - ``inference_layout``: part of the model runs in inference (frozen backbone, last N
+      layers): the peak is a few tensors in whole chunks, simulated (runs differ by up to 15 %).
+    """
+    caveats = {}
+    if (variable := largest_variable_bytes(profile)) >= SPLIT_ALWAYS_ABOVE:
+        caveats["large_variable"] = variable
+    if (request := largest_fixed_request_bytes(profile, config)) >= SPLIT_ALWAYS_ABOVE:
+        caveats["large_fixed_request"] = request
+    if config.train_mode is not TrainMode.ALL:
+        caveats["inference_layout"] = estimate_memory(profile, config).allocator_bytes
+    return caveats
+
+
 def _executor_order(layers, producer) -> list[int]:
     """The order of the forward pass as TensorFlow's executor runs it (one inter-op thread).
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calc.estimate import (
+    SPLIT_ALWAYS_ABOVE,
     accumulator_reset_parameters,
     early_temporaries_per_variable,
     estimate_memory,
     fit_on_gpu,
     largest_fixed_request_bytes,
+    largest_variable_bytes,
     max_batch_size,
     memory_curve,
     plan_step,
@@ -74,9 +76,7 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
         curve_batches=batches,
         curve_bytes=tuple(c + gpu.overhead_bytes for c in curve),
         unknown_layer_types=plan_step(profile, config).unknown_layer_types,
-        largest_variable_bytes=4 * max((e for layer in profile.layers
-                                        for e in (*layer.trainable_weight_elements, *layer.non_trainable_weight_elements)),
-                                       default=0),
+        largest_variable_bytes=largest_variable_bytes(profile),
         largest_fixed_request_bytes=largest_fixed_request_bytes(profile, config),
     )
 
@@ -290,7 +290,7 @@ def summary_warnings(reading) -> list[str]:
 
 # One variable this large (VGG16's fc1 at 224 px: 392 MiB) makes repeated runs of one step
 # bimodal: VGG16 224 px b8 SGD measured 1100-1195 or 1850-1851 MiB (docs/MEASUREMENTS.md).
-BIG_VARIABLE_BYTES = 128 << 20
+BIG_VARIABLE_BYTES = SPLIT_ALWAYS_ABOVE
 
 
 def big_variable_note(view: EstimateView, inputs: Inputs) -> str | None:

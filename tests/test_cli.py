@@ -68,6 +68,22 @@ def test_estimate_json_real_model():
     assert out["fits"] is True and out["max_batch_size"] > 8
 
 
+def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
+    def caveats(*args):
+        assert main(["estimate", *args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["caveats"]
+
+    # VGG16's fc1 at 224 px: 7x7x512 inputs x 4096 units, float32.
+    assert caveats("--model", "VGG16", "--batch-size", "8") == {"large_variable": 4 * 7 * 7 * 512 * 4096}
+    # ConvNeXtTiny: XLA's two dense 7x7x768x768 float32 filters, in full training only.
+    assert caveats("--model", "ConvNeXtTiny", "--image-size", "128") == {"large_fixed_request": 2 * 4 * 49 * 768 * 768}
+    frozen = caveats("--model", "ConvNeXtTiny", "--image-size", "128", "--frozen-backbone")
+    assert list(frozen) == ["inference_layout"] and frozen["inference_layout"] >= 0
+    assert caveats("--model", "ResNet50", "--image-size", "128") == {}
+    assert main(["estimate", "--model", "VGG16", "--batch-size", "8"]) == 0
+    assert "note: one variable holds 0.383 GiB" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_measure_json_components_sum_to_the_peak():
     r = run("measure", "--model", "MobileNetV2", "--image-size", "64", "--batch-size", "4", "--optimizer", "sgd",
