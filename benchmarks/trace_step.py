@@ -18,6 +18,12 @@ prints:
   dropped), largest first;
 - the op whose allocation set the peak.
 
+``--history`` traces from the model's build on and replays the real requests through
+``calc.allocator.BFC`` after swapped histories (the engine's resident pools among them),
+then lists what the first step requests beyond the measured one, and the optimizer's
+zeros buffers (one per distinct slot shape) against the ``assign_add`` copies made of
+them before the measured step.
+
 The events only cover requests of 256 KiB and up (those the allocator's statistics
 count). ``--save`` writes the raw events for further study.
 """
@@ -29,7 +35,7 @@ import json
 import os
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -124,8 +130,9 @@ INIT_OPS = ("AddV2", "Mul", "StatelessRandomUniformV2", "StatelessRandomNormalV2
 
 def history(sub: str, save: str | None) -> None:
     """Replays a process's real requests through ``calc.allocator.BFC``, whole and in swapped parts."""
+    from calc import estimate
     from calc.allocator import BFC
-    from calc.estimate import _resident_pool
+    from calc.estimate import _resident_pool, _trainable_flags, _variable_elements
 
     spec, config = find_case(sub)
     result = measure_once(spec, config, trace="history")
@@ -151,6 +158,23 @@ def history(sub: str, save: str | None) -> None:
         return pool.peak / MIB
 
     profile = get_profile(spec)
+
+    def shared_zeros_pool():
+        """The engine's drawn history, but one slot buffer per distinct size (the real zeros)."""
+        every_slot = estimate._resident_requests
+        n_variables = len(_variable_elements(profile, _trainable_flags(profile, config)[0])[0])
+
+        def deduplicated(profile, config):
+            requests = every_slot(profile, config)
+            seen: set[int] = set()
+            slots = [n for n in requests[n_variables:] if not (n in seen or seen.add(n))]
+            return requests[:n_variables] + slots
+        estimate._resident_requests = deduplicated
+        try:
+            return _resident_pool(profile, config, True)
+        finally:
+            estimate._resident_requests = every_slot
+
     rows = [
         ("real build + real warm-up (the process)", peak(BFC(), [before[:warm], before[warm:], step])),
         ("real build, no warm-up", peak(BFC(), [before[:warm], step])),
@@ -159,11 +183,13 @@ def history(sub: str, save: str | None) -> None:
         ("engine's resident pool (one value) + real warm-up",
          peak(_resident_pool(profile, config, False), [before[warm:], step])),
         ("engine's resident pool (drawn), no warm-up", peak(_resident_pool(profile, config, True), [step])),
+        ("engine's variables + one zeros buffer per slot size + real warm-up", peak(shared_zeros_pool(),
+                                                                                  [before[warm:], step])),
     ]
     print(f"{case_id(spec, config)}: measured {result['peak_bytes'] / MIB:.1f} MiB; "
           f"the real requests replayed through calc.allocator.BFC after each history:")
     for label, value in rows:
-        print(f"  {label:52s} {value:8.1f}")
+        print(f"  {label:66s} {value:8.1f}")
     extra: dict[str, int] = defaultdict(int)
     for events, sign in ((before[warm:], 1), (step, -1)):
         for e in events:
@@ -172,6 +198,16 @@ def history(sub: str, save: str | None) -> None:
     diff = sorted(((v, k) for k, v in extra.items() if abs(v) >= MIB), reverse=True)
     print("  requested by the warm-up minus the measured step, by op: "
           + ", ".join(f"{k or '(unnamed)'} {v / MIB:+.1f} MiB" for v, k in diff[:6]))
+    # The optimizer's slots start as one zeros buffer per distinct shape, shared by every slot
+    # of that shape; the first assign_add on a shared buffer copies it (the last holder
+    # updates in place).
+    # (The profiler names no shape for the zeros, so both are grouped by size.)
+    zeros = Counter(e[7] for e in before if e[0] == "a" and e[4].endswith("/Initializer/zeros"))
+    copies = Counter(e[7] for e in before if e[0] == "a" and "AssignAddVariableOp" in e[4])
+    later = sum(1 for e in step if e[0] == "a" and "AssignAddVariableOp" in e[4])
+    print("  the slots' zeros buffers by size, and the assign_add copies made before the measured step: "
+          + ", ".join(f"{n / MIB:.2f} MiB: {zeros[n]} -> {copies[n]}" for n in sorted({*zeros, *copies}, reverse=True))
+          + f"; assign_add copies in the measured step: {later}")
 
 
 def main() -> None:
