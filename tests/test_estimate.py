@@ -355,3 +355,17 @@ def test_one_walk_of_the_step_serves_every_batch_size(monkeypatch):
         estimate.estimate_memory(profile, TrainingConfig(batch_size=batch, optimizer="sgd"))
         estimate.max_batch_size(profile, TrainingConfig(batch_size=batch, optimizer="sgd"), 2**33)
     assert len(walks) == 1
+
+
+def test_recorded_events_mark_each_trained_layers_update_once():
+    # benchmarks/warmup_sim.py makes the first step's slot buffers at these marks.
+    from calc.estimate import _allocator_events
+
+    profile = chain_profile()
+    weighted = [i for i, layer in enumerate(profile.layers) if layer.trainable_weight_elements]
+    events = _allocator_events(profile, TrainingConfig(batch_size=1, optimizer="adam"))
+    assert sorted(ev[1] for ev in events if ev[0] == "u") == weighted
+    frozen = chain_profile(backbone_layers=3)
+    marks = [ev[1] for ev in _allocator_events(frozen, TrainingConfig(batch_size=1, optimizer="adam",
+                                                                       train_mode="frozen_backbone")) if ev[0] == "u"]
+    assert marks == [len(frozen.layers) - 1]  # the head alone trains
