@@ -327,6 +327,6 @@ FROZEN_BACKBONE_NOTE = (
     "Frozen backbone: this step peaks in the forward pass, where TensorFlow's allocator hands out whole "
     "chunks, so the real peak jumps between neighbouring batch sizes and differs between runs of the same "
     "step by up to ~15 %. The estimate simulates the allocator at every batch (the grey 'allocator' part); "
-    "on 110 measured points it was off by -24 % to +23 %, median 4 % (docs/BFC_SIM.md); the two misses beyond "
-    "-10 % are Xception at 299 px with Adam / Nadam. Keep a safety margin of 25 % before trusting the "
-    "largest batch.")
+    "on 114 measured points it was off by -24 % to +23 %, median 4 % (docs/BFC_SIM.md); the three misses beyond "
+    "-10 % are Xception at 299 px with Adam / Nadam and the last 40 layers of EfficientNetB2 (-12 %). Keep a "
+    "safety margin of 25 % before trusting the largest batch.")
