@@ -324,7 +324,8 @@ def fixed_request_note(view: EstimateView, inputs: Inputs, record: tuple[int, fl
 
 
 FROZEN_BACKBONE_NOTE = (
-    "Frozen backbone: this step peaks in the forward pass, where TensorFlow's allocator hands out whole "
+    "Frozen backbone or last N layers: part of the model runs in inference, where each feature map is freed "
+    "soon after it is made and TensorFlow's allocator hands out whole "
     "chunks, so the real peak jumps between neighbouring batch sizes and differs between runs of the same "
     "step by up to ~15 %. The estimate simulates the allocator at every batch (the grey 'allocator' part); "
     "on 114 measured points it was off by -24 % to +23 %, median 4 % (docs/BFC_SIM.md); the three misses beyond "
