@@ -5,16 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calc.estimate import (
-    SPLIT_ALWAYS_ABOVE,
     accumulator_reset_parameters,
     early_temporaries_per_variable,
     estimate_memory,
     fit_on_gpu,
-    largest_fixed_request_bytes,
-    largest_variable_bytes,
     max_batch_size,
     memory_curve,
     plan_step,
+    spread_caveats,
     step_timeline,
 )
 from calc.gpus import GpuPreset
@@ -50,8 +48,8 @@ class EstimateView:
     curve_batches: tuple[int, ...]
     curve_bytes: tuple[int, ...]
     unknown_layer_types: tuple[str, ...]
-    largest_variable_bytes: int = 0
-    largest_fixed_request_bytes: int = 0
+    # calc.estimate.spread_caveats: why runs of this step differ widely, kind -> bytes behind it.
+    caveats: dict[str, int]
 
     @property
     def headroom_fraction(self) -> float:
@@ -76,8 +74,7 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
         curve_batches=batches,
         curve_bytes=tuple(c + gpu.overhead_bytes for c in curve),
         unknown_layer_types=plan_step(profile, config).unknown_layer_types,
-        largest_variable_bytes=largest_variable_bytes(profile),
-        largest_fixed_request_bytes=largest_fixed_request_bytes(profile, config),
+        caveats=spread_caveats(profile, config),
     )
 
 
@@ -288,16 +285,11 @@ def summary_warnings(reading) -> list[str]:
     return notes
 
 
-# One variable this large (VGG16's fc1 at 224 px: 392 MiB) makes repeated runs of one step
-# bimodal: VGG16 224 px b8 SGD measured 1100-1195 or 1850-1851 MiB (docs/MEASUREMENTS.md).
-BIG_VARIABLE_BYTES = SPLIT_ALWAYS_ABOVE
-
-
 def big_variable_note(view: EstimateView, inputs: Inputs) -> str | None:
     """A warning when one variable is so large that runs of the same step differ widely."""
-    if view.largest_variable_bytes < BIG_VARIABLE_BYTES:
+    if "large_variable" not in view.caveats:
         return None
-    return (f"One variable of this model holds {fmt(view.largest_variable_bytes, inputs)} (a Flatten head's first "
+    return (f"One variable of this model holds {fmt(view.caveats['large_variable'], inputs)} (a Flatten head's first "
             "Dense layer grows with the image size). When the executor applies its gradient decides the peak: "
             "repeated runs of one VGG16 224 px step at batch 8 measured 1100-1195 MiB or 1851 MiB, and the "
             "estimate lies between the two (+33 % against the first, -14 % against the second). Keep a safety "
@@ -310,10 +302,10 @@ def fixed_request_note(view: EstimateView, inputs: Inputs, record: tuple[int, fl
     ``record``: (cases, lowest error, highest error, margin that covers the highest run) of
     the measured ConvNeXt steps (``dashboard.loaders.fixed_request_record``), or None.
     """
-    if view.largest_fixed_request_bytes < BIG_VARIABLE_BYTES:
+    if "large_fixed_request" not in view.caveats:
         return None
     text = (f"The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
-            f"TensorFlow) asks for {fmt(view.largest_fixed_request_bytes, inputs)} at once, whatever the batch. "
+            f"TensorFlow) asks for {fmt(view.caveats['large_fixed_request'], inputs)} at once, whatever the batch. "
             "TensorFlow's allocator may hand that request a free chunk up to 128 MiB larger, depending on what its "
             "pool holds, so repeated runs of one step differ")
     if record is None:

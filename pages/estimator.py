@@ -26,7 +26,7 @@ c3.metric("Largest batch that fits", f"{view.max_batch:,}")
 (st.success if view.fits else st.error)(views.verdict(view, inputs))
 st.caption(accuracy_line())
 st.caption(xla_line())
-if inputs.train_mode != "all":
+if "inference_layout" in view.caveats:
     st.warning(views.FROZEN_BACKBONE_NOTE)
 if big_variable := views.big_variable_note(view, inputs):
     st.warning(big_variable)
