@@ -130,9 +130,8 @@ INIT_OPS = ("AddV2", "Mul", "StatelessRandomUniformV2", "StatelessRandomNormalV2
 
 def history(sub: str, save: str | None) -> None:
     """Replays a process's real requests through ``calc.allocator.BFC``, whole and in swapped parts."""
-    from calc import estimate
     from calc.allocator import BFC
-    from calc.estimate import _resident_pool, _trainable_flags, _variable_elements
+    from calc.estimate import _resident_pool, _resident_requests, _trainable_flags, _variable_elements
 
     spec, config = find_case(sub)
     result = measure_once(spec, config, trace="history")
@@ -161,19 +160,11 @@ def history(sub: str, save: str | None) -> None:
 
     def shared_zeros_pool():
         """The engine's drawn history, but one slot buffer per distinct size (the real zeros)."""
-        every_slot = estimate._resident_requests
+        requests = _resident_requests(profile, config)
         n_variables = len(_variable_elements(profile, _trainable_flags(profile, config)[0])[0])
-
-        def deduplicated(profile, config):
-            requests = every_slot(profile, config)
-            seen: set[int] = set()
-            slots = [n for n in requests[n_variables:] if not (n in seen or seen.add(n))]
-            return requests[:n_variables] + slots
-        estimate._resident_requests = deduplicated
-        try:
-            return _resident_pool(profile, config, True)
-        finally:
-            estimate._resident_requests = every_slot
+        seen: set[int] = set()
+        slots = [n for n in requests[n_variables:] if not (n in seen or seen.add(n))]
+        return _resident_pool(profile, config, True, requests=requests[:n_variables] + slots)
 
     rows = [
         ("real build + real warm-up (the process)", peak(BFC(), [before[:warm], before[warm:], step])),

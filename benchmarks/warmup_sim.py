@@ -25,7 +25,6 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from calc import estimate as E  # noqa: E402
-from calc.allocator import BFC  # noqa: E402
 from calc.optimizers import slots_per_variable  # noqa: E402
 from calc.profiles import get_profile  # noqa: E402
 from calc.validation import VALIDATION_CASES, case_id, load_measurements  # noqa: E402
@@ -43,19 +42,7 @@ def warmed_peak(profile, config, batch: int) -> int:
     every, _ = E._variable_elements(profile, trained)
     slots = slots_per_variable(base.optimizer, base.optimizer_options, base.gradient_accumulation_steps)
     adds = ASSIGN_ADD.get(base.optimizer.value, ()) + (False,) * slots
-    pool = BFC()
-    random = E._randomly_initialized(profile)
-    for k, e in enumerate(every):
-        nbytes = E.FLOAT32 * e
-        if nbytes < E.UNTRACKED_BELOW:
-            continue
-        if k < len(random) and random[k]:
-            draw, scaled = pool.alloc(nbytes), pool.alloc(nbytes)
-            pool.alloc(nbytes)
-            pool.free(draw)
-            pool.free(scaled)
-        else:
-            pool.alloc(nbytes)
+    pool = E._resident_pool(profile, base, True, requests=[E.FLOAT32 * e for e in every])  # the variables
     # One zeros buffer per distinct slot size, and how many slots still hold it.
     holders: Counter = Counter()
     for t, layer in zip(trained, profile.layers):

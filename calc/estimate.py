@@ -952,7 +952,7 @@ def allocator_peak(profile: ModelProfile, config: TrainingConfig) -> int:
 
 
 def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels: bool = True,
-                   kept: list | None = None) -> BFC:
+                   kept: list | None = None, requests: list[int] | None = None) -> BFC:
     """The simulated pool once the variables and optimizer slots exist.
 
     ``drawn_kernels``: as measured for one layer (``benchmarks/probe_init.py``, a 64 MiB
@@ -963,10 +963,12 @@ def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels:
     Otherwise every variable and slot is made from one value of its size, freed once the
     variable holds its copy (the engine's history until stop 8). ``kept`` collects
     ``(index in _resident_requests, chunk)`` of what stays (benchmarks/bfc_sim.py moves slots).
+    ``requests``: other sizes than ``_resident_requests``, the variables first in its order
+    (the studies in benchmarks/ replay the slots their own way).
     """
     bfc = BFC()
     random = _randomly_initialized(profile) if drawn_kernels else ()
-    for k, nbytes in enumerate(_resident_requests(profile, config)):
+    for k, nbytes in enumerate(_resident_requests(profile, config) if requests is None else requests):
         if nbytes < UNTRACKED_BELOW:
             continue
         if not drawn_kernels:
