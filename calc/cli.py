@@ -150,16 +150,30 @@ def _print(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
 
 
 # One line per ``calc.estimate.spread_caveats`` kind (docs/MEASUREMENTS.md has the runs).
+# What each kind of calc.estimate.spread_caveats means; the measured record that follows a
+# note is read from the committed validation report (calc.validation.caveat_record).
 CAVEAT_LINES = {
-    "large_variable": ("one variable holds {gib:.3f} GiB; repeated runs of such a step are bimodal (VGG16 224 px "
-                       "b8 SGD: 1100-1195 or 1851 MiB), keep a 20 % margin"),
+    "large_variable": ("one variable holds {gib:.3f} GiB: when the executor runs its weight gradient decides "
+                       "the peak, so repeated runs of such a step can have two modes"),
     "large_fixed_request": ("one request of {gib:.3f} GiB whatever the batch (XLA's dense filter gradient of "
-                            "grouped convolutions) may get a chunk up to 128 MiB larger; runs can have two modes "
-                            "(ConvNeXtSmall 128 px b1 Adam: 875 / 878 / 1022 MiB)"),
+                            "grouped convolutions) may get a chunk up to 128 MiB larger, so runs can have two modes"),
     "inference_layout": ("part of the model runs in inference, where the allocator's whole chunks set the peak "
                          "({gib:.3f} GiB of them simulated here): it jumps between neighbouring batch sizes and "
-                         "runs differ by up to 15 %, keep a 25 % margin"),
+                         "differs between runs"),
 }
+CAVEAT_STEPS = {"large_variable": "steps with such a variable", "large_fixed_request": "steps with such a request",
+                "inference_layout": "frozen or last-N steps"}
+
+
+def _caveat_note(kind: str, nbytes: int) -> str:
+    from calc.validation import caveat_record, load_report, record_sentence
+
+    note = CAVEAT_LINES[kind].format(gib=nbytes / GIB)
+    try:
+        record = caveat_record(load_report(), kind)
+    except (OSError, ValueError):
+        record = None
+    return note if record is None else f"{note}; {record_sentence(record, CAVEAT_STEPS[kind])}"
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -194,7 +208,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                      f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
                      f"largest batch that fits: {fit.max_batch}")
     for kind, nbytes in out["caveats"].items():
-        lines.append(f"  note: {CAVEAT_LINES[kind].format(gib=nbytes / GIB)}")
+        lines.append(f"  note: {_caveat_note(kind, nbytes)}")
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
     _print(out, args.json, lines)

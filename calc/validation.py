@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +272,7 @@ class ValidationRow:
     spread: float
     predicted_bytes: int
     runs_bytes: tuple[int, ...] = ()  # every run's peak (the median is ``measured_bytes``)
+    caveats: tuple[str, ...] = ()  # the kinds calc.estimate.spread_caveats names for the step
 
     @property
     def relative_error(self) -> float:
@@ -287,6 +288,16 @@ class ValidationRow:
         if self.predicted_bytes < low:
             return (self.predicted_bytes - low) / self.measured_bytes
         return 0.0
+
+    @property
+    def margin_for_every_run(self) -> float:
+        """The safety margin (share of the memory kept free) under which every run fits.
+
+        A run ``h`` above the estimate fits when the estimate uses at most ``1 - m`` of the
+        memory, ``m = h / (1 + h)``; 0 when no run is above the estimate.
+        """
+        above = max(max(self.runs_bytes or (self.measured_bytes,)) / self.predicted_bytes - 1, 0.0)
+        return above / (1 + above)
 
 
 def load_measurements(path: Path = CPU_DATA) -> dict[str, Any]:
@@ -324,7 +335,7 @@ def save_measurement(path: Path, spec: ModelSpec, config: TrainingConfig, measur
 
 def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
     """Estimates every measured case. ``profile_for(spec)`` returns a profile (cached)."""
-    from calc.estimate import estimate_memory
+    from calc.estimate import estimate_memory, spread_caveats
 
     if profile_for is None:
         from calc.profiles import get_profile as profile_for
@@ -334,10 +345,11 @@ def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
             continue
         spec = spec_from_dict(case["spec"])
         config = config_from_dict(case["config"])
-        predicted = estimate_memory(profile_for(spec), config).peak_bytes
+        profile = profile_for(spec)
+        predicted = estimate_memory(profile, config).peak_bytes
         # One run per case (the GPU slice) has no spread.
         rows.append(ValidationRow(case["case"], spec, config, case["peak_bytes"], case.get("spread", 0.0), predicted,
-                                  tuple(case.get("peaks_bytes", ()))))
+                                  tuple(case.get("peaks_bytes", ())), tuple(spread_caveats(profile, config))))
     return rows
 
 
@@ -375,6 +387,49 @@ def summarize(rows: list[ValidationRow]) -> ErrorSummary:
     )
 
 
+# The group of cases that carry none of spread_caveats' kinds.
+NO_CAVEAT = "none"
+
+
+@dataclass(frozen=True)
+class CaveatRecord:
+    """How the estimate fared on the measured cases that carry one caveat kind."""
+
+    cases: int
+    lowest_error: float  # against the median run
+    highest_error: float
+    margin_for_every_run: float  # the safety margin that covers every run of every case
+
+
+def caveat_records(rows: list[ValidationRow]) -> dict[str, CaveatRecord]:
+    """Per caveat kind of ``calc.estimate.spread_caveats`` (and ``NO_CAVEAT``), the measured record.
+
+    A case with several kinds counts under each of them.
+    """
+    groups: dict[str, list[ValidationRow]] = {}
+    for r in rows:
+        for kind in r.caveats or (NO_CAVEAT,):
+            groups.setdefault(kind, []).append(r)
+    return {kind: CaveatRecord(len(g), min(r.relative_error for r in g), max(r.relative_error for r in g),
+                               max(r.margin_for_every_run for r in g))
+            for kind, g in sorted(groups.items())}
+
+
+def record_sentence(record: CaveatRecord, steps: str) -> str:
+    """The record in words, e.g. ``steps="ConvNeXt steps"``; no final full stop."""
+    return (f"on {record.cases} measured {steps} the estimate was off by {record.lowest_error:+.0%} to "
+            f"{record.highest_error:+.0%} against the median run, and a safety margin of "
+            f"{record.margin_for_every_run:.0%} covers every single run")
+
+
+def caveat_record(report: dict[str, Any], kind: str) -> CaveatRecord | None:
+    """One kind's record from a saved report; None when the report has none for it."""
+    try:
+        return CaveatRecord(**report["summary"]["caveats"][kind])
+    except (KeyError, TypeError):
+        return None
+
+
 CPU_REPORT = DATA_DIR / "validation_cpu_report.json"
 
 
@@ -395,10 +450,11 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
                     "worst_under_prediction": s.worst_under,
                     "worst_over_prediction": s.worst_over,
                     "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
-                    "max_abs_error_from_nearest_run": s.max_from_runs},
+                    "max_abs_error_from_nearest_run": s.max_from_runs,
+                    "caveats": {kind: asdict(record) for kind, record in caveat_records(rows).items()}},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": r.relative_error, "measured_spread": r.spread,
-                   "runs_bytes": list(r.runs_bytes)} for r in rows],
+                   "runs_bytes": list(r.runs_bytes), "caveats": list(r.caveats)} for r in rows],
     }, indent=1) + "\n")
 
 

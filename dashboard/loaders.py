@@ -9,6 +9,7 @@ from calc.build_worker import BuildWorker
 from calc.catalogue import ModelSpec, make_spec
 from calc.profiles import get_profile
 from calc.types import ModelProfile
+from calc.validation import CaveatRecord
 
 # The server never imports TensorFlow: Keras builds happen in one child process that
 # is replaced when it grows and exits when idle (calc/build_worker.py says why).
@@ -48,22 +49,14 @@ def accuracy_line() -> str:
             f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")
 
 
-# The catalogue family whose step makes one batch-independent request of 128 MiB or more
-# (calc.estimate.largest_fixed_request_bytes).
-FIXED_REQUEST_FAMILY = "ConvNeXt"
+def caveat_record(kind: str) -> CaveatRecord | None:
+    """The measured record of the validation cases that carry one ``calc.estimate.spread_caveats`` kind."""
+    from calc.validation import caveat_record as record_of
 
-
-def fixed_request_record() -> tuple[int, float, float, float] | None:
-    """ConvNeXt's full-training validation cases: how many, the lowest and highest error, and the
-    safety margin that covers every run (the highest run ``h`` above its estimate needs ``h / (1 + h)``)."""
     try:
-        cases = [c for c in load_validation()["cases"] if c["case"].startswith(FIXED_REQUEST_FAMILY)
-                 and "frozen_backbone" not in c["case"] and "_layers" not in c["case"]]
-        errors = [c["relative_error"] for c in cases]
-        above = max(max(c.get("runs_bytes") or [c["measured_bytes"]]) / c["predicted_bytes"] - 1 for c in cases)
-    except (ValueError, OSError, KeyError, TypeError, ZeroDivisionError):
+        return record_of(load_validation(), kind)
+    except (ValueError, OSError):
         return None
-    return (len(cases), min(errors), max(errors), max(0.0, above) / (1 + max(0.0, above)))
 
 
 def noise_line() -> str:

@@ -17,6 +17,7 @@ from calc.estimate import (
 )
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
+from calc.validation import CaveatRecord, record_sentence
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -285,41 +286,50 @@ def summary_warnings(reading) -> list[str]:
     return notes
 
 
-def big_variable_note(view: EstimateView, inputs: Inputs) -> str | None:
-    """A warning when one variable is so large that runs of the same step differ widely."""
+def _with_record(text: str, record: CaveatRecord | None, steps: str) -> str:
+    return f"{text}." if record is None else f"{text}: {record_sentence(record, steps)}."
+
+
+def big_variable_note(view: EstimateView, inputs: Inputs, record: CaveatRecord | None) -> str | None:
+    """A warning when one variable is so large that runs of the same step differ widely.
+
+    ``record``: the measured validation cases with such a variable
+    (``dashboard.loaders.caveat_record("large_variable")``), or None.
+    """
     if "large_variable" not in view.caveats:
         return None
-    return (f"One variable of this model holds {fmt(view.caveats['large_variable'], inputs)} (a Flatten head's first "
-            "Dense layer grows with the image size). When the executor applies its gradient decides the peak: "
-            "repeated runs of one VGG16 224 px step at batch 8 measured 1100-1195 MiB or 1851 MiB, and the "
-            "estimate lies between the two (+33 % against the first, -14 % against the second). Keep a safety "
-            "margin of 20 %, or use a no-top head (global pooling) instead.")
+    return _with_record(
+        f"One variable of this model holds {fmt(view.caveats['large_variable'], inputs)} (a Flatten head's first "
+        "Dense layer grows with the image size; a no-top head with global pooling has none). When the executor "
+        "applies its gradient decides the peak, so repeated runs of one step can have two modes, and the estimate "
+        "lies between them", record, "steps with such a variable")
 
 
-def fixed_request_note(view: EstimateView, inputs: Inputs, record: tuple[int, float, float, float] | None) -> str | None:
+def fixed_request_note(view: EstimateView, inputs: Inputs, record: CaveatRecord | None) -> str | None:
     """A warning when one batch-independent request is so large that its chunk splits runs in two.
 
-    ``record``: (cases, lowest error, highest error, margin that covers the highest run) of
-    the measured ConvNeXt steps (``dashboard.loaders.fixed_request_record``), or None.
+    ``record``: the measured validation cases with such a request
+    (``dashboard.loaders.caveat_record("large_fixed_request")``), or None.
     """
     if "large_fixed_request" not in view.caveats:
         return None
-    text = (f"The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
-            f"TensorFlow) asks for {fmt(view.caveats['large_fixed_request'], inputs)} at once, whatever the batch. "
-            "TensorFlow's allocator may hand that request a free chunk up to 128 MiB larger, depending on what its "
-            "pool holds, so repeated runs of one step differ")
-    if record is None:
-        return text + "."
-    cases, lowest, highest, margin = record
-    return (f"{text}: on {cases} measured ConvNeXt steps the estimate was off by {lowest:+.0%} to {highest:+.0%} "
-            f"against the median run, and a safety margin of {margin:.0%} covers every single run.")
+    return _with_record(
+        f"The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
+        f"TensorFlow) asks for {fmt(view.caveats['large_fixed_request'], inputs)} at once, whatever the batch. "
+        "TensorFlow's allocator may hand that request a free chunk up to 128 MiB larger, depending on what its "
+        "pool holds, so repeated runs of one step differ", record, "steps with such a request")
 
 
-FROZEN_BACKBONE_NOTE = (
-    "Frozen backbone or last N layers: part of the model runs in inference, where each feature map is freed "
-    "soon after it is made and TensorFlow's allocator hands out whole "
-    "chunks, so the real peak jumps between neighbouring batch sizes and differs between runs of the same "
-    "step by up to ~15 %. The estimate simulates the allocator at every batch (the grey 'allocator' part); "
-    "on 114 measured points it was off by -24 % to +23 %, median 4 % (docs/BFC_SIM.md); the three misses beyond "
-    "-10 % are Xception at 299 px with Adam / Nadam and the last 40 layers of EfficientNetB2 (-12 %). Keep a "
-    "safety margin of 25 % before trusting the largest batch.")
+def inference_layout_note(view: EstimateView, record: CaveatRecord | None) -> str | None:
+    """A warning when part of the model runs in inference (frozen backbone, last N layers).
+
+    ``record``: the measured validation cases of that kind
+    (``dashboard.loaders.caveat_record("inference_layout")``), or None.
+    """
+    if "inference_layout" not in view.caveats:
+        return None
+    return _with_record(
+        "Frozen backbone or last N layers: part of the model runs in inference, where each feature map is freed "
+        "soon after it is made and TensorFlow's allocator hands out whole chunks, so the real peak jumps between "
+        "neighbouring batch sizes and differs between runs of the same step. The estimate simulates the allocator "
+        "at every batch (the grey 'allocator' part; docs/BFC_SIM.md)", record, "frozen or last-N steps")

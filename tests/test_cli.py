@@ -81,7 +81,14 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     assert list(frozen) == ["inference_layout"] and frozen["inference_layout"] >= 0
     assert caveats("--model", "ResNet50", "--image-size", "128") == {}
     assert main(["estimate", "--model", "VGG16", "--batch-size", "8"]) == 0
-    assert "note: one variable holds 0.383 GiB" in capsys.readouterr().out
+    note = next(line for line in capsys.readouterr().out.splitlines() if "note:" in line)
+    assert "note: one variable holds 0.383 GiB" in note
+    # followed by how the estimate fared on the measured steps with such a variable
+    from calc.validation import caveat_record, load_report
+
+    record = caveat_record(load_report(), "large_variable")
+    assert f"on {record.cases} measured steps with such a variable" in note
+    assert f"a safety margin of {record.margin_for_every_run:.0%} covers every single run" in note
 
 
 @pytest.mark.slow

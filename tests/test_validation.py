@@ -6,8 +6,9 @@ import pytest
 
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
-from calc.validation import (CPU_DATA, CPU_REPORT, GPU_XLA_DATA, GPU_XLA_REPORT, VALIDATION_CASES, ValidationRow,
-                             load_measurements, report_path, summarize, validate)
+from calc.validation import (CPU_DATA, CPU_REPORT, GPU_XLA_DATA, GPU_XLA_REPORT, NO_CAVEAT, VALIDATION_CASES,
+                             CaveatRecord, ValidationRow, caveat_record, caveat_records, load_measurements,
+                             load_report, record_sentence, report_path, save_report, summarize, validate)
 
 DATA = load_measurements(CPU_DATA)
 
@@ -78,3 +79,42 @@ def test_error_from_the_nearest_run_is_zero_inside_the_runs_and_signed_outside()
     s = summarize([row(95), row(130), row(81), row(110)])
     assert s.within_runs == 2 and s.max_from_runs == (130 - 120) / 100
     assert s.median_from_runs == (0.0 + 0.09) / 2
+
+
+def test_caveat_records_group_cases_by_kind_with_the_margin_that_covers_every_run():
+    spec, config = VALIDATION_CASES[0]
+
+    def row(predicted, runs, caveats=()):
+        return ValidationRow("c", spec, config, sorted(runs)[1], 0.0, predicted, runs, caveats)
+    vgg_low = row(150, (110, 120, 200), ("large_variable",))  # a run 200 above an estimate of 150
+    vgg_high = row(150, (100, 110, 120), ("large_variable", "inference_layout"))
+    frozen = row(90, (100, 101, 99), ("inference_layout",))
+    plain = row(100, (100, 100, 100))
+    records = caveat_records([vgg_low, vgg_high, frozen, plain])
+    assert set(records) == {"large_variable", "inference_layout", NO_CAVEAT}
+    big = records["large_variable"]
+    assert big.cases == 2 and big.lowest_error == pytest.approx(150 / 120 - 1)
+    assert big.highest_error == pytest.approx(150 / 110 - 1)
+    # 200 on an estimate of 150 fits only when the estimate uses at most 150 / 200 of the memory.
+    assert big.margin_for_every_run == pytest.approx(1 - 150 / 200)
+    layout = records["inference_layout"]
+    assert layout.cases == 2 and layout.lowest_error == pytest.approx(90 / 100 - 1)
+    assert layout.margin_for_every_run == pytest.approx(1 - 90 / 101)
+    assert records[NO_CAVEAT] == CaveatRecord(1, 0.0, 0.0, 0.0)
+    sentence = record_sentence(big, "steps with such a variable")
+    assert sentence.startswith("on 2 measured steps with such a variable the estimate was off by +25% to +36%")
+    assert sentence.endswith("a safety margin of 25% covers every single run")
+
+
+def test_the_saved_report_keeps_each_cases_caveats_and_their_records(tmp_path):
+    spec, config = VALIDATION_CASES[0]
+    rows = [ValidationRow("a", spec, config, 100, 0.0, 120, (90, 100, 130), ("large_variable",)),
+            ValidationRow("b", spec, config, 100, 0.0, 95, (100,))]
+    path = tmp_path / "report.json"
+    save_report(rows, path)
+    report = load_report(path)
+    assert [c["caveats"] for c in report["cases"]] == [["large_variable"], []]
+    assert caveat_record(report, "large_variable") == CaveatRecord(1, 0.2, 0.2, pytest.approx(1 - 120 / 130))
+    assert caveat_record(report, NO_CAVEAT).lowest_error == pytest.approx(-0.05)
+    assert caveat_record(report, "large_fixed_request") is None
+    assert caveat_record({}, "large_variable") is None
