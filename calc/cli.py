@@ -38,6 +38,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _momentum(text: str) -> float:
+    """``--momentum`` alone, or with Keras' value (``--momentum 0.9``; 0 turns it off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a momentum between 0 and 1, received {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a momentum between 0 and 1, received {text!r}")
+    return value
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="a Keras application, e.g. ResNet50 (see `models`)")
     p.add_argument("--file", help="your own saved model (.keras or .h5), read with Keras safe mode instead of --model")
@@ -48,16 +59,19 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes", type=_positive, default=1000)
     p.add_argument("--no-top", action="store_true", help="backbone + global pooling + new Dense head")
     p.add_argument("--batch-size", type=_positive, default=32, help="global batch of one training step")
-    p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default="adam")
-    p.add_argument("--momentum", action="store_true", help="SGD/RMSprop with momentum")
+    p.add_argument("--optimizer", type=str.lower, choices=[o.value for o in Optimizer], default="adam",
+                   help="Keras' identifier, any case (sgd, adam, ...)")
+    p.add_argument("--momentum", type=_momentum, nargs="?", const=0.9, default=0.0, metavar="VALUE",
+                   help="SGD/RMSprop with momentum (the value, e.g. 0.9, may follow; 0 is none)")
     p.add_argument("--amsgrad", action="store_true")
     p.add_argument("--centered", action="store_true", help="centered RMSprop")
-    p.add_argument("--ema", action="store_true", help="use_ema=True")
+    p.add_argument("--ema", "--use-ema", dest="ema", action="store_true", help="use_ema=True")
     p.add_argument("--precision", choices=[p.value for p in Precision], default="float32")
     p.add_argument("--frozen-backbone", action="store_true", help="Keras transfer-learning recipe (implies --no-top)")
-    p.add_argument("--last-n", type=_positive, help="train only the last N layers")
-    p.add_argument("--grad-accum", type=_positive, default=1, help="gradient_accumulation_steps")
-    p.add_argument("--gpus", type=_positive, default=1, help="data-parallel replicas")
+    p.add_argument("--last-n", "--last-n-layers", dest="last_n", type=_positive, help="train only the last N layers")
+    p.add_argument("--grad-accum", "--gradient-accumulation-steps", dest="grad_accum", type=_positive, default=1,
+                   help="gradient_accumulation_steps")
+    p.add_argument("--gpus", "--num-gpus", dest="gpus", type=_positive, default=1, help="data-parallel replicas")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -122,7 +136,7 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         batch_size=args.batch_size,
         optimizer=Optimizer(args.optimizer),
         optimizer_options=OptimizerOptions(
-            momentum=args.momentum, amsgrad=args.amsgrad, centered=args.centered, use_ema=args.ema
+            momentum=args.momentum > 0, amsgrad=args.amsgrad, centered=args.centered, use_ema=args.ema
         ),
         precision=Precision(args.precision),
         train_mode=mode,

@@ -36,6 +36,8 @@ def run(*args):
         (["estimate", "--file", "m.keras", "--model", "ResNet50"], "drop --model"),
         (["estimate", "--file", "m.keras", "--image-size", "64"], "drop --image-size"),
         (["measure", "--file", "m.keras"], "catalogue models only"),
+        (["estimate", "--model", "ResNet50", "--momentum", "1.5"], "between 0 and 1"),
+        (["estimate", "--model", "ResNet50", "--momentum", "high"], "between 0 and 1"),
     ],
 )
 def test_bad_options_one_line_status_2(args, needle, capsys):
@@ -89,6 +91,22 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     record = caveat_record(load_report(), "large_variable")
     assert f"on {record.cases} measured steps with such a variable" in note
     assert f"a safety margin of {record.margin_for_every_run:.0%} covers every single run" in note
+
+
+def test_keras_spellings_of_the_options_mean_the_same_step(capsys):
+    def peak(*args):
+        assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "8", *args,
+                     "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["peak_bytes"]
+
+    # Keras writes SGD(momentum=0.9), optimizer names in any case, use_ema, gradient_accumulation_steps.
+    momentum = peak("--optimizer", "sgd", "--momentum")
+    assert peak("--optimizer", "SGD", "--momentum", "0.9") == momentum
+    assert peak("--optimizer", "sgd", "--momentum", "0") == peak("--optimizer", "sgd") < momentum
+    assert peak("--optimizer", "Adam", "--use-ema") == peak("--optimizer", "adam", "--ema")
+    assert peak("--gradient-accumulation-steps", "2") == peak("--grad-accum", "2")
+    assert peak("--last-n-layers", "5") == peak("--last-n", "5")
+    assert peak("--num-gpus", "2") == peak("--gpus", "2")
 
 
 @pytest.mark.slow
