@@ -112,6 +112,20 @@ class ModelProfile:
     label_elements: int = 1
     unknown_layer_types: tuple[str, ...] = ()
 
+    def __hash__(self) -> int:
+        # The engine's caches key on the profile; hashing hundreds of layers on every
+        # lookup was a fifth of a frozen curve's time, so the hash is computed once.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.name, self.input_shape, self.layers, self.tensor_elements, self.input_ids,
+                           self.output_ids, self.label_elements, self.unknown_layer_types))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        # String hashes differ between processes: a pickled copy computes its own.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def total_params(self) -> int:
         return sum(layer.params for layer in self.layers)

@@ -369,3 +369,20 @@ def test_recorded_events_mark_each_trained_layers_update_once():
     marks = [ev[1] for ev in _allocator_events(frozen, TrainingConfig(batch_size=1, optimizer="adam",
                                                                        train_mode="frozen_backbone")) if ev[0] == "u"]
     assert marks == [len(frozen.layers) - 1]  # the head alone trains
+
+
+def test_a_profiles_hash_is_computed_once_and_follows_equality():
+    import copy
+    import dataclasses
+    import pickle
+
+    profile = chain_profile()
+    twin = chain_profile()
+    assert twin == profile and hash(twin) == hash(profile)
+    assert "_hash" in vars(profile)  # cached for the engine's lru_caches
+    renamed = dataclasses.replace(profile, name="other")
+    assert renamed != profile and "_hash" not in vars(renamed)
+    # A pickled copy leaves the cache behind (string hashes differ between processes).
+    assert "_hash" not in pickle.loads(pickle.dumps(profile)).__dict__
+    assert hash(pickle.loads(pickle.dumps(profile))) == hash(profile) == hash(copy.deepcopy(profile))
+    assert dataclasses.asdict(profile).keys() == {f.name for f in dataclasses.fields(profile)}
