@@ -17,7 +17,7 @@ from calc.estimate import (
 )
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
-from calc.validation import CaveatRecord, record_sentence
+from calc.validation import NO_CAVEAT, CaveatRecord, caveat_record, record_sentence
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -284,6 +284,26 @@ def summary_warnings(reading) -> list[str]:
         notes.append(f"{reading.assumed_activations} Activation rows do not name their function; read as "
                      f"{reading.assumed_activation} (change it in the sidebar).")
     return notes
+
+
+# The groups of calc.validation.caveat_records, as the Validation page names them.
+CAVEAT_GROUPS = {
+    NO_CAVEAT: "none of the kinds below",
+    "inference_layout": "frozen backbone or last N layers (part of the model in inference)",
+    "large_variable": "a variable of 128 MiB or more (VGG's Flatten head)",
+    "large_fixed_request": "one request of 128 MiB or more whatever the batch (ConvNeXt)",
+}
+
+
+def caveat_rows(report: dict) -> list[dict]:
+    """Per group of validation cases, the estimate's record, for the Validation page's table."""
+    rows = []
+    for kind, steps in CAVEAT_GROUPS.items():
+        if (record := caveat_record(report, kind)) is not None:
+            rows.append({"steps with": steps, "cases": record.cases, "lowest error": record.lowest_error,
+                         "highest error": record.highest_error,
+                         "margin that covered every run": record.margin_for_every_run})
+    return rows
 
 
 def _with_record(text: str, record: CaveatRecord | None, steps: str) -> str:

@@ -25,6 +25,15 @@ st.plotly_chart(figures.validation_figure([c["measured_bytes"] for c in cases], 
 st.dataframe(pd.DataFrame(cases), hide_index=True,
              column_config={"relative_error": st.column_config.NumberColumn(format="percent")})
 
+st.subheader("Where runs of one step differ most")
+st.caption("The cases grouped by what calc.estimate.spread_caveats finds in them (the Estimator warns for each "
+           "kind); errors are against each case's median run, and the margin is the share of memory to keep "
+           "free so that every measured run of the group would have fit.")
+percent = st.column_config.NumberColumn(format="percent")
+st.dataframe(pd.DataFrame(views.caveat_rows(report)), hide_index=True,
+             column_config={"lowest error": percent, "highest error": percent,
+                            "margin that covered every run": percent})
+
 st.subheader("Measure this configuration now")
 allowed, why = measure_now_allowed(profile, inputs)
 st.caption("Runs two real training steps with TensorFlow on this server's CPU (one thread, "

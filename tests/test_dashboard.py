@@ -143,6 +143,24 @@ def test_validation_page_compares_the_error_with_the_spread_of_the_runs():
     assert f"{s['max_abs_error_from_nearest_run']:.1%}" in line
 
 
+def test_validation_page_groups_the_cases_by_what_makes_their_runs_differ():
+    from calc.validation import load_report
+
+    report = load_report()
+    at = app(page="pages/validation.py")
+    table = next(d.value for d in at.dataframe if "margin that covered every run" in d.value.columns)
+    by_cases = {c["case"]: c for c in report["cases"]}
+    assert table["cases"].sum() >= len(by_cases)  # a case with two kinds counts in both
+    frozen = table[table["steps with"].str.startswith("frozen backbone")].iloc[0]
+    group = [c for c in by_cases.values() if "inference_layout" in c["caveats"]]
+    assert frozen["cases"] == len(group)
+    assert frozen["lowest error"] == min(c["relative_error"] for c in group)
+    highest_run = max(max(c["runs_bytes"]) / c["predicted_bytes"] for c in group)
+    assert frozen["margin that covered every run"] == pytest.approx(1 - 1 / highest_run)
+    plain = table[table["steps with"].str.startswith("none")].iloc[0]
+    assert plain["cases"] == sum(not c["caveats"] for c in by_cases.values())
+
+
 def test_layers_table_shares_sum_to_one():
     at = app(page="pages/layers.py")
     df = at.dataframe[0].value
