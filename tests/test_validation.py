@@ -30,7 +30,7 @@ def test_coverage_of_the_set():
     configs = [config_from_dict(c["config"]) for c in DATA["cases"]]
     assert len(DATA["cases"]) >= 40
     assert len({CATALOGUE[s.name].family for s in specs}) >= 12
-    assert min(c.batch_size for c in configs) == 1 and max(c.batch_size for c in configs) == 64
+    assert min(c.batch_size for c in configs) == 1 and max(c.batch_size for c in configs) >= 64
     assert {c.precision.value for c in configs} == {"float32", "mixed_float16", "mixed_bfloat16"}
     assert {c.train_mode.value for c in configs} >= {"all", "frozen_backbone"}
     families = {c.optimizer.value for c in configs}
