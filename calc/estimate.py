@@ -889,11 +889,11 @@ def _simulates_allocator(config: TrainingConfig) -> bool:
     A frozen backbone's forward pass frees each feature map soon after making it, so
     the peak is a few large tensors in whole chunks (docs/BFC_SIM.md: the walk alone
     missed frozen MobileNetV2 / DenseNet121 by up to -32 %). In full training the walk's
-    fitted ``FRAGMENTATION`` is kept: on the 101 full-training validation cases the
-    simulation is centred (median signed -0.3 %, median |error| 2.3 % against the walk's
-    2.7 %) but under-predicts 53 of them (the walk 32), 12 by more than 5 % (the walk 5),
-    and misses VGG16 by up to +42 % (``python benchmarks/warmup_sim.py``; docs/MEASUREMENTS.md,
-    stop 10), ConvNeXt included.
+    fitted ``FRAGMENTATION`` is kept: on the 112 full-training validation cases the
+    simulation has the lower median |error| (2.3 % against the walk's 2.9 %) but
+    under-predicts 59 of them (the walk 34), 15 by more than 5 % (the walk 5), and misses
+    VGG16 by up to +42 % (``python benchmarks/full_training_variants.py``;
+    docs/MEASUREMENTS.md, stops 10 and 11), ConvNeXt included.
     """
     return config.train_mode is not TrainMode.ALL
 
