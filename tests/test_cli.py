@@ -169,3 +169,26 @@ def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
     t4 = GPU_PRESETS["t4"]
     assert json.loads(capsys.readouterr().out)["max_batch_size"] == max_batch_size(
         profile, TrainingConfig(batch_size=32, optimizer="sgd"), t4.memory_bytes, overhead_bytes=t4.overhead_bytes)
+
+
+def test_validate_prints_the_record_of_each_caveat_kind(tmp_path, capsys):
+    from calc.validation import CPU_DATA, load_measurements
+
+    data = load_measurements(CPU_DATA)
+    picked = [next(c for c in data["cases"] if c["case"].startswith(prefix)) for prefix in
+              ("VGG16-224x224x3-top1000 b8 sgd", "ResNet50-224x224x3-head1000 b16 adam float32 frozen",
+               "MobileNetV2-224x224x3-top1000 b32 adam")]
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps(dict(data, cases=picked)))
+    assert main(["validate", "--data", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["caveats"]) == {"large_variable", "inference_layout", "none"}
+    assert all(record["cases"] == 1 for record in out["caveats"].values())
+    vgg = next(c for c in out["cases"] if c["case"].startswith("VGG16"))
+    assert out["caveats"]["large_variable"]["lowest_error"] == pytest.approx(vgg["relative_error"], abs=1e-4)
+    highest_run = max(picked[0]["peaks_bytes"])
+    assert out["caveats"]["large_variable"]["margin_for_every_run"] == pytest.approx(
+        max(0.0, 1 - vgg["predicted_bytes"] / highest_run))
+    assert main(["validate", "--data", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "  large_variable          1 cases:" in text and "covers every run" in text
