@@ -45,7 +45,7 @@ def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=
     return spec, config
 
 
-# 12 catalogue families (36 models), batch 1-64, every optimizer family, three precisions, full training,
+# 12 catalogue families (all 40 models), batch 1-128, every optimizer family, three precisions, full training,
 # frozen backbones, the last N layers and gradient accumulation (195 cases). Sizes are
 # chosen so that one case runs in a few minutes at most on a 2-core machine.
 VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
