@@ -35,7 +35,7 @@ def test_coverage_of_the_set():
     assert {c.train_mode.value for c in configs} >= {"all", "frozen_backbone"}
     families = {c.optimizer.value for c in configs}
     assert families >= {"sgd", "adam", "adamw", "nadam", "adamax", "rmsprop", "adagrad", "adadelta", "ftrl",
-                        "lion", "adafactor"}
+                        "lion", "adafactor", "lamb"}
 
 
 @pytest.mark.slow
