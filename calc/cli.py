@@ -163,7 +163,6 @@ def _print(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
         print("\n".join(lines))
 
 
-# One line per ``calc.estimate.spread_caveats`` kind (docs/MEASUREMENTS.md has the runs).
 # What each kind of calc.estimate.spread_caveats means; the measured record that follows a
 # note is read from the committed validation report (calc.validation.caveat_record).
 CAVEAT_LINES = {
@@ -175,19 +174,22 @@ CAVEAT_LINES = {
                          "({gib:.3f} GiB of them simulated here): it jumps between neighbouring batch sizes and "
                          "differs between runs"),
 }
-CAVEAT_STEPS = {"large_variable": "steps with such a variable", "large_fixed_request": "steps with such a request",
-                "inference_layout": "frozen or last-N steps"}
 
 
-def _caveat_note(kind: str, nbytes: int) -> str:
-    from calc.validation import caveat_record, load_report, record_sentence
+def _caveat_notes(caveats: dict[str, int]) -> list[str]:
+    """One note per caveat kind, each followed by its measured record when the report has one."""
+    from calc.validation import CAVEAT_STEPS, caveat_record, load_report, record_sentence
 
-    note = CAVEAT_LINES[kind].format(gib=nbytes / GIB)
     try:
-        record = caveat_record(load_report(), kind)
+        report = load_report() if caveats else {}
     except (OSError, ValueError):
-        record = None
-    return note if record is None else f"{note}; {record_sentence(record, CAVEAT_STEPS[kind])}"
+        report = {}
+    notes = []
+    for kind, nbytes in caveats.items():
+        note = CAVEAT_LINES[kind].format(gib=nbytes / GIB)
+        record = caveat_record(report, kind)
+        notes.append(note if record is None else f"{note}; {record_sentence(record, CAVEAT_STEPS[kind])}")
+    return notes
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -221,8 +223,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: {verdict} "
                      f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
                      f"largest batch that fits: {fit.max_batch}")
-    for kind, nbytes in out["caveats"].items():
-        lines.append(f"  note: {_caveat_note(kind, nbytes)}")
+    lines += [f"  note: {note}" for note in _caveat_notes(out["caveats"])]
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
     _print(out, args.json, lines)

@@ -421,6 +421,9 @@ def summarize(rows: list[ValidationRow]) -> ErrorSummary:
 
 # The group of cases that carry none of spread_caveats' kinds.
 NO_CAVEAT = "none"
+# How a record's sentence names the steps of each kind (``record_sentence``).
+CAVEAT_STEPS = {"large_variable": "steps with such a variable", "large_fixed_request": "steps with such a request",
+                "inference_layout": "frozen or last-N steps"}
 
 
 @dataclass(frozen=True)
