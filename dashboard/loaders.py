@@ -9,7 +9,7 @@ from calc.build_worker import BuildWorker
 from calc.catalogue import ModelSpec, make_spec
 from calc.profiles import get_profile
 from calc.types import ModelProfile
-from calc.validation import CaveatRecord
+from calc.validation import CAVEAT_STEPS, CaveatRecord
 
 # The server never imports TensorFlow: Keras builds happen in one child process that
 # is replaced when it grows and exits when idle (calc/build_worker.py says why).
@@ -49,14 +49,16 @@ def accuracy_line() -> str:
             f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")
 
 
-def caveat_record(kind: str) -> CaveatRecord | None:
-    """The measured record of the validation cases that carry one ``calc.estimate.spread_caveats`` kind."""
-    from calc.validation import caveat_record as record_of
+def caveat_records() -> dict[str, CaveatRecord]:
+    """The measured record of the validation cases of each ``calc.estimate.spread_caveats`` kind
+    ({} when the report is unavailable or has none)."""
+    from calc.validation import caveat_record
 
     try:
-        return record_of(load_validation(), kind)
+        report = load_validation()
     except (ValueError, OSError):
-        return None
+        return {}
+    return {kind: record for kind in CAVEAT_STEPS if (record := caveat_record(report, kind)) is not None}
 
 
 def noise_line() -> str:

@@ -17,7 +17,7 @@ from calc.estimate import (
 )
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
-from calc.validation import NO_CAVEAT, CaveatRecord, caveat_record, record_sentence
+from calc.validation import CAVEAT_STEPS, NO_CAVEAT, CaveatRecord, caveat_record, record_sentence
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -306,50 +306,36 @@ def caveat_rows(report: dict) -> list[dict]:
     return rows
 
 
-def _with_record(text: str, record: CaveatRecord | None, steps: str) -> str:
-    return f"{text}." if record is None else f"{text}: {record_sentence(record, steps)}."
-
-
-def big_variable_note(view: EstimateView, inputs: Inputs, record: CaveatRecord | None) -> str | None:
-    """A warning when one variable is so large that runs of the same step differ widely.
-
-    ``record``: the measured validation cases with such a variable
-    (``dashboard.loaders.caveat_record("large_variable")``), or None.
-    """
-    if "large_variable" not in view.caveats:
-        return None
-    return _with_record(
-        f"One variable of this model holds {fmt(view.caveats['large_variable'], inputs)} (a Flatten head's first "
-        "Dense layer grows with the image size; a no-top head with global pooling has none). When the executor "
-        "applies its gradient decides the peak, so repeated runs of one step can have two modes, and the estimate "
-        "lies between them", record, "steps with such a variable")
-
-
-def fixed_request_note(view: EstimateView, inputs: Inputs, record: CaveatRecord | None) -> str | None:
-    """A warning when one batch-independent request is so large that its chunk splits runs in two.
-
-    ``record``: the measured validation cases with such a request
-    (``dashboard.loaders.caveat_record("large_fixed_request")``), or None.
-    """
-    if "large_fixed_request" not in view.caveats:
-        return None
-    return _with_record(
-        f"The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
-        f"TensorFlow) asks for {fmt(view.caveats['large_fixed_request'], inputs)} at once, whatever the batch. "
-        "TensorFlow's allocator may hand that request a free chunk up to 128 MiB larger, depending on what its "
-        "pool holds, so repeated runs of one step differ", record, "steps with such a request")
-
-
-def inference_layout_note(view: EstimateView, record: CaveatRecord | None) -> str | None:
-    """A warning when part of the model runs in inference (frozen backbone, last N layers).
-
-    ``record``: the measured validation cases of that kind
-    (``dashboard.loaders.caveat_record("inference_layout")``), or None.
-    """
-    if "inference_layout" not in view.caveats:
-        return None
-    return _with_record(
+# The Estimator's warning for each kind of calc.estimate.spread_caveats, in the order shown;
+# ``{size}`` is the bytes behind the kind in the chosen unit.
+CAVEAT_NOTES = {
+    "inference_layout": (
         "Frozen backbone or last N layers: part of the model runs in inference, where each feature map is freed "
         "soon after it is made and TensorFlow's allocator hands out whole chunks, so the real peak jumps between "
         "neighbouring batch sizes and differs between runs of the same step. The estimate simulates the allocator "
-        "at every batch (the grey 'allocator' part; docs/BFC_SIM.md)", record, "frozen or last-N steps")
+        "at every batch (the grey 'allocator' part; docs/BFC_SIM.md)"),
+    "large_variable": (
+        "One variable of this model holds {size} (a Flatten head's first Dense layer grows with the image size; a "
+        "no-top head with global pooling has none). When the executor applies its gradient decides the peak, so "
+        "repeated runs of one step can have two modes, and the estimate lies between them"),
+    "large_fixed_request": (
+        "The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
+        "TensorFlow) asks for {size} at once, whatever the batch. TensorFlow's allocator may hand that request a "
+        "free chunk up to 128 MiB larger, depending on what its pool holds, so repeated runs of one step differ"),
+}
+
+
+def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRecord]) -> list[str]:
+    """The warnings for this step's caveats, each with the measured record of its kind.
+
+    ``records``: kind -> record of the validation cases of that kind
+    (``dashboard.loaders.caveat_records()``); a kind without one gets the warning alone.
+    """
+    notes = []
+    for kind, template in CAVEAT_NOTES.items():
+        if kind not in view.caveats:
+            continue
+        text = template.format(size=fmt(view.caveats[kind], inputs))
+        record = records.get(kind)
+        notes.append(f"{text}." if record is None else f"{text}: {record_sentence(record, CAVEAT_STEPS[kind])}.")
+    return notes

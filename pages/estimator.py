@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line, caveat_record, xla_line
+from dashboard.loaders import accuracy_line, caveat_records, xla_line
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
@@ -26,12 +26,8 @@ c3.metric("Largest batch that fits", f"{view.max_batch:,}")
 (st.success if view.fits else st.error)(views.verdict(view, inputs))
 st.caption(accuracy_line())
 st.caption(xla_line())
-if inference_layout := views.inference_layout_note(view, caveat_record("inference_layout")):
-    st.warning(inference_layout)
-if big_variable := views.big_variable_note(view, inputs, caveat_record("large_variable")):
-    st.warning(big_variable)
-if fixed_request := views.fixed_request_note(view, inputs, caveat_record("large_fixed_request")):
-    st.warning(fixed_request)
+for note in views.caveat_notes(view, inputs, caveat_records()):
+    st.warning(note)
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
 
