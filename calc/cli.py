@@ -298,7 +298,9 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from calc.validation import CPU_DATA, summarize, validate
+    from dataclasses import asdict
+
+    from calc.validation import CPU_DATA, caveat_records, summarize, validate
 
     data = Path(args.data) if args.data else CPU_DATA
     if not data.is_file():
@@ -322,14 +324,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                  f"max {s.max_abs * 100:.1f}%; under-predicted {s.under_count} cases, worst {s.worst_under * 100:+.1f}%")
     lines.append(f"measurement noise: {s.within_runs} of {s.cases} predictions lie within their case's measured runs; "
                  f"off the nearest run: median {s.median_from_runs * 100:.1f}%, max {s.max_from_runs * 100:.1f}%")
-    lines.append("by what makes runs of a step differ (calc.estimate.spread_caveats; a case with two kinds counts in both):")
     out.update(within_measured_runs=s.within_runs, median_abs_error_from_nearest_run=s.median_from_runs,
                max_abs_error_from_nearest_run=s.max_from_runs)
-    from dataclasses import asdict
-
-    from calc.validation import caveat_records
-
     records = caveat_records(rows)
+    lines.append("by what makes runs of a step differ (calc.estimate.spread_caveats; a case with two kinds counts in both):")
     out["caveats"] = {kind: asdict(record) for kind, record in records.items()}
     for kind, record in records.items():
         lines.append(f"  {kind:20s} {record.cases:4d} cases: {record.lowest_error * 100:+.1f}% to "
