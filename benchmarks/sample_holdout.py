@@ -1,0 +1,107 @@
+"""Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
+
+    python benchmarks/sample_holdout.py --seed 12 --count 14 [--max-peak-gib 2.5]
+
+Every earlier holdout was picked by a person (new families, new optimizers, hard
+layouts), which tests what that person thought of. This draws configurations the way
+the issue describes the set (every catalogue model, batch 1-64, every optimizer family
+and its options, the three precisions, full training, a frozen backbone or the last N
+layers, sometimes gradient accumulation, a non-square image or one channel), keeps those
+this 2-core machine measures in a few minutes (predicted peak and activations under the
+limits), and prints them as ``_case(...)`` lines for ``calc/validation.py`` with the
+engine's prediction beside each, to be committed before they are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from calc.catalogue import CATALOGUE, make_spec  # noqa: E402
+from calc.estimate import estimate_memory  # noqa: E402
+from calc.profiles import get_profile  # noqa: E402
+from calc.types import OptimizerOptions, TrainingConfig  # noqa: E402
+
+SIDES = (64, 96, 128, 160, 192, 224, 256, 299, 331, 380)
+BATCHES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+OPTIONS = {  # optimizer -> options it may take, each drawn with probability 1/3
+    "sgd": ("momentum",), "rmsprop": ("momentum", "centered"), "adam": ("amsgrad",), "adamw": ("amsgrad",),
+    "nadam": (), "adamax": (), "adagrad": (), "adadelta": (), "ftrl": (), "lion": (), "lamb": (),
+    "adafactor": (),
+}
+
+
+def draw(rng: random.Random) -> tuple[tuple, dict]:
+    """One configuration: (``_case`` positional arguments, keyword arguments)."""
+    entry = CATALOGUE[rng.choice(sorted(CATALOGUE))]
+    sides = [s for s in SIDES if entry.min_size <= s <= max(entry.default_size, 224)]
+    size = rng.choice(sides)
+    if rng.random() < 0.15:
+        other = rng.choice(sides)
+        size = (size, other) if other != size else size
+    optimizer = rng.choice(sorted(OPTIONS))
+    options = {o: True for o in OPTIONS[optimizer] if rng.random() < 1 / 3}
+    if options.get("momentum") and options.get("centered"):
+        del options["centered"]
+    if rng.random() < 0.1:
+        options["use_ema"] = True
+    mode = rng.choices(("all", "frozen_backbone", "last_n"), weights=(6, 3, 1))[0]
+    kwargs = {"precision": rng.choice(("float32", "mixed_float16", "mixed_bfloat16")), "mode": mode, **options}
+    if mode == "last_n":
+        kwargs["last_n"] = rng.choice((10, 20, 30, 40, 60))
+    if mode == "all" and rng.random() < 0.1:
+        kwargs["accum"] = rng.choice((2, 4))
+    if rng.random() < 0.1:
+        kwargs["channels"] = 1
+    if rng.random() < 0.2:
+        kwargs["classes"] = 10
+    return (entry.name, size, rng.choice(BATCHES), optimizer), kwargs
+
+
+def build(args: tuple, kwargs: dict):
+    name, size, batch, optimizer = args
+    height, width = (size, size) if isinstance(size, int) else size
+    options = {k: kwargs[k] for k in ("momentum", "amsgrad", "centered", "use_ema") if k in kwargs}
+    spec = make_spec(name, height=height, width=width, channels=kwargs.get("channels", 3),
+                     classes=kwargs.get("classes", 1000), include_top=kwargs["mode"] == "all")
+    config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=kwargs["precision"],
+                            train_mode=kwargs["mode"], last_n_layers=kwargs.get("last_n", 0),
+                            gradient_accumulation_steps=kwargs.get("accum", 1),
+                            optimizer_options=OptimizerOptions(**options))
+    return spec, config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--count", type=int, default=14)
+    parser.add_argument("--max-peak-gib", type=float, default=2.5)
+    parser.add_argument("--max-activations-gib", type=float, default=1.5)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    kept, drawn = 0, 0
+    while kept < args.count:
+        drawn += 1
+        case_args, kwargs = draw(rng)
+        try:
+            spec, config = build(case_args, kwargs)
+            estimate = estimate_memory(get_profile(spec), config)
+        except ValueError as exc:  # a size the model refuses, say
+            print(f"# skipped {case_args} {kwargs}: {exc}", file=sys.stderr)
+            continue
+        if estimate.peak_bytes > args.max_peak_gib * 2**30 or estimate.activations_bytes > args.max_activations_gib * 2**30:
+            continue
+        kept += 1
+        mode = kwargs.pop("mode")
+        text = ", ".join([*map(repr, case_args), *(f"{k}={v!r}" for k, v in kwargs.items()),
+                          *([f"mode={mode!r}"] if mode != "all" else [])])
+        print(f"    _case({text}),  # predicted {estimate.peak_bytes / 2**20:.1f} MiB")
+    print(f"# {kept} kept of {drawn} drawn (seed {args.seed})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
