@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from calc.allocator import BFC
-from calc.optimizers import early_temporaries, slots_per_variable, update_scratch
+from calc.optimizers import EARLY_TEMPORARIES_ALIVE, early_temporaries, slots_per_variable, update_scratch
 from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
     MemoryBreakdown,
@@ -505,6 +505,11 @@ def early_temporaries_per_variable(config: TrainingConfig) -> int:
     return early_temporaries(config.optimizer, config.optimizer_options, config.precision.is_mixed)
 
 
+def _alive_share(nbytes: int) -> int:
+    """The part of early optimizer temporaries the peak holds (``EARLY_TEMPORARIES_ALIVE``), whole granules."""
+    return int(nbytes * EARLY_TEMPORARIES_ALIVE) // ALLOCATION_GRANULE * ALLOCATION_GRANULE
+
+
 def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[list[bool], list[bool]]:
     """Per layer: (its weights are trained, it runs in inference mode)."""
     n = len(profile.layers)
@@ -645,7 +650,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     waits_for_all = _waits_for_all_gradients(config)
     early = early_temporaries_per_variable(config)
     early_bytes = [
-        early * sum(counted_bytes(FLOAT32 * e) for e in l.trainable_weight_elements) if has_weights[i] else 0
+        _alive_share(early * sum(counted_bytes(FLOAT32 * e) for e in l.trainable_weight_elements)) if has_weights[i] else 0
         for i, l in enumerate(layers)
     ]
     ledger.fixed[OTHER] += sum(early_bytes)

@@ -114,6 +114,19 @@ EARLY_TEMPORARIES: dict[Optimizer, int] = {
 }
 
 
+# How much of those temporaries the peak holds, on average. The walk makes them all at
+# the step's start, but fewer are there at the measured peak: on the 68 float32
+# full-training validation cases without a spread caveat, the measured peak over the
+# walk's requests falls as their share of the step grows (correlation -0.57; by least
+# squares 6.9 % - 0.33 x their share), i.e. about a third of them is missing at the
+# peak. Probes agree in part: a Dense chain held 0.67 per variable for Adamax and Adam
+# with EMA, InceptionResNetV2 0.47 for SGD momentum, ResNet50 0.93 (benchmarks/
+# probe_gradients.py; docs/MEASUREMENTS.md). Which run late is the executor's
+# scheduling, which the walk does not simulate. Counting 2/3 and 3/4 of them gave the
+# same median on the 195 cases measured before stop 12 (2.6 %); 3/4 under-predicts fewer.
+EARLY_TEMPORARIES_ALIVE = 0.75
+
+
 def early_temporaries(optimizer: Optimizer, options: OptimizerOptions, mixed_precision: bool = False) -> int:
     """Variable-sized update temporaries per trainable variable computed before the gradient.
 

@@ -46,7 +46,7 @@ def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=
 
 
 # 12 catalogue families (all 40 models), batch 1-128, every optimizer family, three precisions, full training,
-# frozen backbones, the last N layers and gradient accumulation (195 cases). Sizes are
+# frozen backbones, the last N layers and gradient accumulation (209 cases). Sizes are
 # chosen so that one case runs in a few minutes at most on a 2-core machine.
 VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("VGG16", 224, 8, "sgd"),

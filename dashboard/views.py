@@ -170,6 +170,7 @@ class FormulaNumbers:
     slots: int
     reset_constant_params: int  # zeros constants that reset gradient accumulators (0 without accumulation)
     early_per_param: int  # optimizer temporaries made before the gradient, per trainable parameter
+    early_alive: float  # the share of them the peak holds (calc.optimizers.EARLY_TEMPORARIES_ALIVE)
     breakdown: MemoryBreakdown
     kept_per_sample: int
     neurons: int
@@ -184,7 +185,7 @@ class FormulaNumbers:
 
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: int | None) -> FormulaNumbers:
     from calc import classic
-    from calc.optimizers import slots_per_variable
+    from calc.optimizers import EARLY_TEMPORARIES_ALIVE, slots_per_variable
 
     config = config_of(inputs)
     b = estimate_memory(profile, config)
@@ -200,6 +201,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         slots=slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps),
         reset_constant_params=accumulator_reset_parameters(profile, config),
         early_per_param=early_temporaries_per_variable(config),
+        early_alive=EARLY_TEMPORARIES_ALIVE,
         breakdown=b,
         kept_per_sample=sum(plan.kept_per_sample),
         neurons=neurons,

@@ -33,9 +33,10 @@ st.markdown(
   are alive at once → **{f(b.gradients_bytes)}**.
 - **U, optimizer temporaries made before the gradient**: `{inputs.optimizer}` computes {n.early_per_param} product(s)
   of its slots alone per trainable parameter (SGD momentum's m·momentum, RMSprop's ρ·v, ...); nothing waits for the
-  gradient, so they run at the start of the step and live until the variable's update (measured,
-  `docs/MEASUREMENTS.md`). At most {n.early_per_param} × {n.trainable_params:,} × 4 B; those of the variables not
-  yet updated at the peak → **{f(b.other_bytes)}**.
+  gradient, so they can run at the start of the step and live until the variable's update. Measured, the peak
+  holds about {n.early_alive:.0%} of them on average (the executor runs some late; `docs/MEASUREMENTS.md`, stop 12).
+  At most {n.early_alive:g} × {n.early_per_param} × {n.trainable_params:,} × 4 B; those of the variables not yet
+  updated at the peak → **{f(b.other_bytes)}**.
 - **B · a, activations kept for the backward pass**: what each layer's gradient reads (a Conv keeps its input,
   a ReLU its output, BatchNormalization its input, Add nothing), alive at the peak ({b.peak_phase}):
   batch {n.batch} → **{f(b.activations_bytes)}** (at most {n.kept_per_sample:,} bytes per sample over the whole model).
