@@ -18,7 +18,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from calc.allocator import BFC
-from calc.optimizers import EARLY_TEMPORARIES_ALIVE, early_temporaries, slots_per_variable, update_scratch
+from calc.optimizers import (
+    EARLY_TEMPORARIES_ALIVE,
+    branch_temporaries,
+    early_temporaries,
+    slots_per_variable,
+    update_scratch,
+)
 from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
     MemoryBreakdown,
@@ -38,8 +44,9 @@ COMPONENTS = (
     "other",
 )
 W, G, OPT, ACT, TRANS, INPUT, OTHER = range(len(COMPONENTS))
-# "other" holds the optimizer's update temporaries that exist before their gradient
-# (calc.optimizers.EARLY_TEMPORARIES); "optimizer_state" is the slots alone.
+# "other" holds the optimizer's update temporaries beyond the running update's: those made
+# before their gradient (calc.optimizers.EARLY_TEMPORARIES) and, under mixed_float16, those
+# of every variable updated together (BRANCH_TEMPORARIES); "optimizer_state" is the slots alone.
 
 FLOAT32 = 4
 LABEL_BYTES = 8  # numpy integer labels arrive as int64
@@ -442,7 +449,8 @@ def _detail_ints(detail: str, key: str) -> tuple[int, ...]:
     return ()
 
 
-def _waits_for_all_gradients(config: TrainingConfig) -> bool:
+def waits_for_all_gradients(config: TrainingConfig) -> bool:
+    """Whether every update waits for every gradient (mixed_float16's loss scale)."""
     # mixed_float16: Keras' LossScaleOptimizer checks every gradient is finite and applies
     # them inside one ops.cond whose predicate needs them all. Gradient accumulation's
     # ops.cond does not wait: its predicate is the step counter, ready at the start, and
@@ -500,14 +508,19 @@ def early_temporaries_per_variable(config: TrainingConfig) -> int:
     variable's update (calc.optimizers.EARLY_TEMPORARIES). Inside the ops.cond of an
     update that waits for all gradients they depend on the branch: none early.
     """
-    if _waits_for_all_gradients(config):
+    if waits_for_all_gradients(config):
         return 0
     return early_temporaries(config.optimizer, config.optimizer_options, config.precision.is_mixed)
 
 
+def _granules(nbytes: float) -> int:
+    """``nbytes`` rounded down to whole allocation granules."""
+    return int(nbytes) // ALLOCATION_GRANULE * ALLOCATION_GRANULE
+
+
 def _alive_share(nbytes: int) -> int:
     """The part of early optimizer temporaries the peak holds (``EARLY_TEMPORARIES_ALIVE``), whole granules."""
-    return int(nbytes * EARLY_TEMPORARIES_ALIVE) // ALLOCATION_GRANULE * ALLOCATION_GRANULE
+    return _granules(nbytes * EARLY_TEMPORARIES_ALIVE)
 
 
 def _trainable_flags(profile: ModelProfile, config: TrainingConfig) -> tuple[list[bool], list[bool]]:
@@ -647,7 +660,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     ledger.fixed[OPT] = slots * sum(counted_bytes(FLOAT32 * e) for e in trainable_elements)
     if config.gradient_accumulation_steps > 1:
         ledger.fixed[OPT] += sum(counted_bytes(FLOAT32 * e) for e in _accumulator_reset_elements(profile, trained))
-    waits_for_all = _waits_for_all_gradients(config)
+    waits_for_all = waits_for_all_gradients(config)
     early = early_temporaries_per_variable(config)
     early_bytes = [
         _alive_share(early * sum(counted_bytes(FLOAT32 * e) for e in l.trainable_weight_elements)) if has_weights[i] else 0
@@ -795,6 +808,14 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     largest = max((b for _, b, _, _ in pending_updates), default=0)
     # The early temporaries of the variables still pending are in the ledger already.
     scratch_fixed = max(0, per_update - early) * largest
+    if waits_for_all:
+        # mixed_float16: every update starts together inside the loss scale's cond, and
+        # the peak holds temporaries of many variables at once (calc.optimizers.
+        # BRANCH_TEMPORARIES); the larger of that and one update's scratch is counted.
+        together = _granules(branch_temporaries(config.optimizer, config.optimizer_options)
+                             * sum(b for b, _, _, _ in pending_updates))
+        ledger.add_fixed(OTHER, together)
+        scratch_fixed = max(0, scratch_fixed - together)
     if ledger.events is not None:
         ledger.events.extend(("u", i) for *_, i in pending_updates)
     ledger.snapshot("optimizer update", extra_fixed=scratch_fixed)

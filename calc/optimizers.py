@@ -145,6 +145,45 @@ def early_temporaries(optimizer: Optimizer, options: OptimizerOptions, mixed_pre
     return n
 
 
+# Under mixed_float16 Keras' LossScaleOptimizer applies every update inside one ops.cond
+# whose predicate needs every gradient (calc.estimate.waits_for_all_gradients). When the
+# branch starts, the update ops of all variables are ready at once, and the peak of the
+# update holds, besides every gradient, update temporaries of many variables together.
+# Measured (benchmarks/probe_gradients.py --precision mixed_float16, chains of 8, 16 and
+# 32 Dense kernels, one to three runs each): the step's increment beyond the gradients,
+# per variable, averaged over the runs. The runs scatter (SGD momentum 0.27-0.94, Adam
+# 0.13-1.03, Adadelta 1.25-2.9; RMSprop and Adagrad 1.0 in every run), as do real steps
+# whose peak is the update (ResNet152 128 px b6 Adadelta with EMA: 1543 / 1587 / 1912 MiB).
+BRANCH_TEMPORARIES: dict[Optimizer, float] = {
+    Optimizer.SGD: 0.0,  # 0.6 with momentum (see branch_temporaries)
+    Optimizer.ADAM: 0.5,
+    Optimizer.ADAMW: 0.7,
+    Optimizer.NADAM: 1.3,
+    Optimizer.ADAMAX: 1.0,
+    Optimizer.RMSPROP: 1.0,  # 1.7 with momentum, 1.9 centered
+    Optimizer.ADAGRAD: 1.0,
+    Optimizer.ADADELTA: 1.7,
+    Optimizer.FTRL: 1.4,
+    Optimizer.LION: 1.0,
+    Optimizer.LAMB: 0.8,
+    Optimizer.ADAFACTOR: 0.1,
+}
+# use_ema: Adam with EMA 0.73 against Adam's 0.5.
+BRANCH_EMA = 0.2
+
+
+def branch_temporaries(optimizer: Optimizer, options: OptimizerOptions) -> float:
+    """Update temporaries per variable the peak of mixed_float16's update branch holds, beyond the gradient."""
+    k = BRANCH_TEMPORARIES[optimizer]
+    if optimizer is Optimizer.SGD and options.momentum:
+        k = 0.6
+    if optimizer is Optimizer.RMSPROP and options.centered:
+        k = 1.9
+    elif optimizer is Optimizer.RMSPROP and options.momentum:
+        k = 1.7
+    return k + (BRANCH_EMA if options.use_ema else 0.0)
+
+
 # Every optimizer also keeps scalars (iterations, learning rate): far below the
 # allocator's 256 KiB tracking threshold, so they never show in the peak.
 def slots_per_variable(optimizer: Optimizer, options: OptimizerOptions, accumulation_steps: int) -> int:

@@ -202,7 +202,7 @@ class MemoryBreakdown:
     activations_bytes: int
     backward_transient_bytes: int
     input_batch_bytes: int
-    other_bytes: int  # optimizer temporaries computed before their gradient (calc.optimizers.EARLY_TEMPORARIES)
+    other_bytes: int  # optimizer update temporaries beyond the running update's (calc.optimizers.EARLY_TEMPORARIES, BRANCH_TEMPORARIES)
     peak_phase: str = ""
     # Whole chunks the BFC allocator hands out beyond the tensors' sizes, where a
     # simulation of it at this batch says more than the walk (calc.allocator; steps

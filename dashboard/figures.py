@@ -22,7 +22,7 @@ LABELS = {
     "activations": "Activations kept for backward",
     "backward_transient": "Backward transients",
     "input_batch": "Input batch",
-    "other": "Optimizer temporaries made before the gradient",
+    "other": "Optimizer update temporaries",
     "allocator": "Allocator chunks beyond tensor sizes (simulated)",
     "framework_overhead": "Framework overhead (CUDA context, libraries)",
 }

@@ -171,6 +171,8 @@ class FormulaNumbers:
     reset_constant_params: int  # zeros constants that reset gradient accumulators (0 without accumulation)
     early_per_param: int  # optimizer temporaries made before the gradient, per trainable parameter
     early_alive: float  # the share of them the peak holds (calc.optimizers.EARLY_TEMPORARIES_ALIVE)
+    waits_for_all: bool  # mixed_float16: every update waits for every gradient (the loss scale's cond)
+    branch_per_param: float  # then: update temporaries per parameter held together (BRANCH_TEMPORARIES)
     breakdown: MemoryBreakdown
     kept_per_sample: int
     neurons: int
@@ -185,7 +187,8 @@ class FormulaNumbers:
 
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: int | None) -> FormulaNumbers:
     from calc import classic
-    from calc.optimizers import EARLY_TEMPORARIES_ALIVE, slots_per_variable
+    from calc.estimate import waits_for_all_gradients
+    from calc.optimizers import EARLY_TEMPORARIES_ALIVE, branch_temporaries, slots_per_variable
 
     config = config_of(inputs)
     b = estimate_memory(profile, config)
@@ -202,6 +205,8 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         reset_constant_params=accumulator_reset_parameters(profile, config),
         early_per_param=early_temporaries_per_variable(config),
         early_alive=EARLY_TEMPORARIES_ALIVE,
+        waits_for_all=waits_for_all_gradients(config),
+        branch_per_param=branch_temporaries(config.optimizer, config.optimizer_options),
         breakdown=b,
         kept_per_sample=sum(plan.kept_per_sample),
         neurons=neurons,

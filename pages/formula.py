@@ -21,6 +21,24 @@ if n.reset_constant_params:
                     "accumulators as constants, one per distinct variable shape")
     resets = f" + {n.reset_constant_params:,}"
 
+if n.waits_for_all:
+    gradients_text = ("under mixed_float16 the loss scale checks that every gradient is finite before any update "
+                      "(one `ops.cond` over all of them), so at the update all gradients are alive")
+    update_text = (f"when that branch starts, the updates of all variables are ready at once, and the peak holds "
+                   f"update temporaries of many of them together: measured on Dense chains, about "
+                   f"{n.branch_per_param:g} per trainable parameter for `{inputs.optimizer}` beyond the gradient "
+                   f"(`calc.optimizers.BRANCH_TEMPORARIES`; the runs scatter, `docs/MEASUREMENTS.md`, stop 12): "
+                   f"{n.branch_per_param:g} × {n.trainable_params:,} × 4 B, or one update's scratch if that is larger, "
+                   f"counted when the update is the peak")
+else:
+    gradients_text = ("Keras applies each gradient soon after it is computed, so only a few are alive at once")
+    update_text = (f"`{inputs.optimizer}` computes {n.early_per_param} product(s) of its slots alone per trainable "
+                   f"parameter (SGD momentum's m·momentum, RMSprop's ρ·v, ...); nothing waits for the gradient, so "
+                   f"they can run at the start of the step and live until the variable's update. Measured, the peak "
+                   f"holds about {n.early_alive:.0%} of them on average (the executor runs some late; "
+                   f"`docs/MEASUREMENTS.md`, stop 12). At most {n.early_alive:g} × {n.early_per_param} × "
+                   f"{n.trainable_params:,} × 4 B; those of the variables not yet updated at the peak")
+
 st.header("1. What this tool computes")
 st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X + R")
 st.markdown(
@@ -29,14 +47,8 @@ st.markdown(
   {n.weights_params:,} parameters → **{f(b.weights_bytes)}**.
 - **S, optimizer state**: {n.slots} slot(s) per trainable parameter for `{inputs.optimizer}` (Keras 3 `build()`{accumulation}):
   {n.slots} × {n.trainable_params:,}{resets} × 4 B → **{f(b.optimizer_state_bytes)}**.
-- **G, gradients alive at the peak**: Keras applies each gradient soon after it is computed, so only a few
-  are alive at once → **{f(b.gradients_bytes)}**.
-- **U, optimizer temporaries made before the gradient**: `{inputs.optimizer}` computes {n.early_per_param} product(s)
-  of its slots alone per trainable parameter (SGD momentum's m·momentum, RMSprop's ρ·v, ...); nothing waits for the
-  gradient, so they can run at the start of the step and live until the variable's update. Measured, the peak
-  holds about {n.early_alive:.0%} of them on average (the executor runs some late; `docs/MEASUREMENTS.md`, stop 12).
-  At most {n.early_alive:g} × {n.early_per_param} × {n.trainable_params:,} × 4 B; those of the variables not yet
-  updated at the peak → **{f(b.other_bytes)}**.
+- **G, gradients alive at the peak**: {gradients_text} → **{f(b.gradients_bytes)}**.
+- **U, optimizer update temporaries**: {update_text} → **{f(b.other_bytes)}**.
 - **B · a, activations kept for the backward pass**: what each layer's gradient reads (a Conv keeps its input,
   a ReLU its output, BatchNormalization its input, Add nothing), alive at the peak ({b.peak_phase}):
   batch {n.batch} → **{f(b.activations_bytes)}** (at most {n.kept_per_sample:,} bytes per sample over the whole model).
