@@ -160,7 +160,7 @@ def test_gradient_accumulation_does_not_hold_back_the_updates():
                                               precision="mixed_float16"))
     kernel = expected_counted(4 << 20)
     assert acc.other_bytes == 3 * (kernel * 3 // 4 // 256 * 256)  # made at the start, 3/4 counted
-    assert f16.other_bytes == int(0.6 * 3 * kernel) // 256 * 256  # made in the update branch instead
+    assert f16.other_bytes == int(0.7 * 3 * kernel) // 256 * 256  # made in the update branch instead
 
 
 @pytest.mark.parametrize("budget_mib", [8, 20, 64, 500, 4096])
@@ -278,13 +278,13 @@ def test_early_temporaries_are_alive_through_the_forward_pass():
     f16 = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", precision="mixed_float16",
                                               optimizer_options=OptimizerOptions(momentum=True)))
     assert f16.peak_phase == "optimizer update"
-    assert f16.other_bytes == int(0.6 * 3 * per_kernel) // 256 * 256
+    assert f16.other_bytes == int(0.7 * 3 * per_kernel) // 256 * 256
 
 
 @pytest.mark.parametrize("optimizer, options, per_variable, scratch", [
     ("rmsprop", {}, 1.0, 3),  # three buffers per update (UPDATE_SCRATCH), one more per variable together
     ("sgd", {}, 0.0, 1),
-    ("sgd", {"momentum": True}, 0.6, 2),
+    ("sgd", {"momentum": True}, 0.7, 2),
     ("adadelta", {"use_ema": True}, 1.7 + 0.2, 5),
 ])
 def test_mixed_float16_updates_start_together(optimizer, options, per_variable, scratch):
