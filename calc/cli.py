@@ -173,6 +173,9 @@ CAVEAT_LINES = {
     "inference_layout": ("part of the model runs in inference, where the allocator's whole chunks set the peak "
                          "({gib:.3f} GiB of them simulated here): it jumps between neighbouring batch sizes and "
                          "differs between runs"),
+    "updates_together": ("under mixed_float16 every update waits for every gradient, then all start together, "
+                         "and that is this step's peak ({gib:.3f} GiB of update temporaries counted): how many are "
+                         "alive at once differs between runs"),
 }
 
 

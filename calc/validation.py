@@ -472,7 +472,8 @@ def summarize(rows: list[ValidationRow]) -> ErrorSummary:
 NO_CAVEAT = "none"
 # How a record's sentence names the steps of each kind (``record_sentence``).
 CAVEAT_STEPS = {"large_variable": "steps with such a variable", "large_fixed_request": "steps with such a request",
-                "inference_layout": "frozen or last-N steps"}
+                "inference_layout": "frozen or last-N steps",
+                "updates_together": "mixed_float16 steps whose peak is the update"}
 
 
 @dataclass(frozen=True)

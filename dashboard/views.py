@@ -299,6 +299,7 @@ CAVEAT_GROUPS = {
     "inference_layout": "frozen backbone or last N layers (part of the model in inference)",
     "large_variable": "a variable of 128 MiB or more (VGG's Flatten head)",
     "large_fixed_request": "one request of 128 MiB or more whatever the batch (ConvNeXt)",
+    "updates_together": "mixed_float16 with the peak at the update (all updates start together)",
 }
 
 
@@ -329,6 +330,10 @@ CAVEAT_NOTES = {
         "The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
         "TensorFlow) asks for {size} at once, whatever the batch. TensorFlow's allocator may hand that request a "
         "free chunk up to 128 MiB larger, depending on what its pool holds, so repeated runs of one step differ"),
+    "updates_together": (
+        "Mixed float16: Keras' loss scaling checks every gradient before any update, then the updates of all "
+        "variables start together, and this step peaks there ({size} of update temporaries counted, the "
+        "average measured on Dense chains). How many of them are alive at once differs between runs"),
 }
 
 

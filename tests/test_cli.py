@@ -82,6 +82,11 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     frozen = caveats("--model", "ConvNeXtTiny", "--image-size", "128", "--frozen-backbone")
     assert list(frozen) == ["inference_layout"] and frozen["inference_layout"] >= 0
     assert caveats("--model", "ResNet50", "--image-size", "128") == {}
+    # mixed_float16: ResNet50 at 96 px b4 peaks at the update, where all updates start together;
+    # at 224 px b32 its activations set the peak in the backward pass.
+    together = caveats("--model", "ResNet50", "--image-size", "96", "--batch-size", "4", "--precision", "mixed_float16")
+    assert list(together) == ["updates_together"] and together["updates_together"] > 0
+    assert caveats("--model", "ResNet50", "--batch-size", "32", "--precision", "mixed_float16") == {}
     assert main(["estimate", "--model", "VGG16", "--batch-size", "8"]) == 0
     note = next(line for line in capsys.readouterr().out.splitlines() if "note:" in line)
     assert "note: one variable holds 0.383 GiB" in note
