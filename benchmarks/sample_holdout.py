@@ -21,10 +21,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from calc.catalogue import CATALOGUE, make_spec  # noqa: E402
+from calc.catalogue import CATALOGUE  # noqa: E402
 from calc.estimate import estimate_memory  # noqa: E402
 from calc.profiles import get_profile  # noqa: E402
-from calc.types import OptimizerOptions, TrainingConfig  # noqa: E402
+from calc.validation import _case  # noqa: E402
 
 SIDES = (64, 96, 128, 160, 192, 224, 256, 299, 331, 380)
 BATCHES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -62,19 +62,6 @@ def draw(rng: random.Random) -> tuple[tuple, dict]:
     return (entry.name, size, rng.choice(BATCHES), optimizer), kwargs
 
 
-def build(args: tuple, kwargs: dict):
-    name, size, batch, optimizer = args
-    height, width = (size, size) if isinstance(size, int) else size
-    options = {k: kwargs[k] for k in ("momentum", "amsgrad", "centered", "use_ema") if k in kwargs}
-    spec = make_spec(name, height=height, width=width, channels=kwargs.get("channels", 3),
-                     classes=kwargs.get("classes", 1000), include_top=kwargs["mode"] == "all")
-    config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=kwargs["precision"],
-                            train_mode=kwargs["mode"], last_n_layers=kwargs.get("last_n", 0),
-                            gradient_accumulation_steps=kwargs.get("accum", 1),
-                            optimizer_options=OptimizerOptions(**options))
-    return spec, config
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, required=True)
@@ -88,7 +75,7 @@ def main() -> None:
         drawn += 1
         case_args, kwargs = draw(rng)
         try:
-            spec, config = build(case_args, kwargs)
+            spec, config = _case(*case_args, **kwargs)  # the validation list's own constructor
             estimate = estimate_memory(get_profile(spec), config)
         except ValueError as exc:  # a size the model refuses, say
             print(f"# skipped {case_args} {kwargs}: {exc}", file=sys.stderr)

@@ -301,9 +301,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dataclasses import asdict
-
-    from calc.validation import CPU_DATA, caveat_records, summarize, validate
+    from calc.validation import CPU_DATA, caveat_records, records_as_json, summarize, validate
 
     data = Path(args.data) if args.data else CPU_DATA
     if not data.is_file():
@@ -331,7 +329,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                max_abs_error_from_nearest_run=s.max_from_runs)
     records = caveat_records(rows)
     lines.append("by what makes runs of a step differ (calc.estimate.spread_caveats; a case with two kinds counts in both):")
-    out["caveats"] = {kind: asdict(record) for kind, record in records.items()}
+    out["caveats"] = records_as_json(records)
     for kind, record in records.items():
         lines.append(f"  {kind:20s} {record.cases:4d} cases: {record.lowest_error * 100:+.1f}% to "
                      f"{record.highest_error * 100:+.1f}%, a margin of {record.margin_for_every_run * 100:.1f}% "

@@ -361,11 +361,12 @@ def spread_caveats(profile: ModelProfile, config: TrainingConfig) -> dict[str, i
         caveats["large_variable"] = variable
     if (request := largest_fixed_request_bytes(profile, config)) >= SPLIT_ALWAYS_ABOVE:
         caveats["large_fixed_request"] = request
-    if config.train_mode is not TrainMode.ALL:
-        caveats["inference_layout"] = estimate_memory(profile, config).allocator_bytes
-    if waits_for_all_gradients(config):
+    inference = config.train_mode is not TrainMode.ALL
+    if inference or waits_for_all_gradients(config):
         b = estimate_memory(profile, config)
-        if b.peak_phase == UPDATE_PHASE:
+        if inference:
+            caveats["inference_layout"] = b.allocator_bytes
+        if waits_for_all_gradients(config) and b.peak_phase == UPDATE_PHASE:
             caveats["updates_together"] = b.other_bytes + b.backward_transient_bytes
     return caveats
 

@@ -500,6 +500,11 @@ def caveat_records(rows: list[ValidationRow]) -> dict[str, CaveatRecord]:
             for kind, g in sorted(groups.items())}
 
 
+def records_as_json(records: dict[str, CaveatRecord]) -> dict[str, dict[str, Any]]:
+    """``caveat_records``' result as the report and ``validate --json`` write it."""
+    return {kind: asdict(record) for kind, record in records.items()}
+
+
 def record_sentence(record: CaveatRecord, steps: str) -> str:
     """The record in words, e.g. ``steps="ConvNeXt steps"``; no final full stop."""
     return (f"on {record.cases} measured {steps} the estimate was off by {record.lowest_error:+.0%} to "
@@ -536,7 +541,7 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
                     "worst_over_prediction": s.worst_over,
                     "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
                     "max_abs_error_from_nearest_run": s.max_from_runs,
-                    "caveats": {kind: asdict(record) for kind, record in caveat_records(rows).items()}},
+                    "caveats": records_as_json(caveat_records(rows))},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": r.relative_error, "measured_spread": r.spread,
                    "runs_bytes": list(r.runs_bytes), "caveats": list(r.caveats)} for r in rows],
