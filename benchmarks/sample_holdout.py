@@ -1,6 +1,6 @@
 """Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
 
-    python benchmarks/sample_holdout.py --seed 12 --count 14 [--max-peak-gib 2.5]
+    python benchmarks/sample_holdout.py --seed 12 --count 14 [--max-peak-gib 2.5] [--precision mixed_float16] [--trained]
 
 Every earlier holdout was picked by a person (new families, new optimizers, hard
 layouts), which tests what that person thought of. This draws configurations the way
@@ -10,6 +10,9 @@ layers, sometimes gradient accumulation, a non-square image or one channel), kee
 this 2-core machine measures in a few minutes (predicted peak and activations under the
 limits), and prints them as ``_case(...)`` lines for ``calc/validation.py`` with the
 engine's prediction beside each, to be committed before they are measured.
+``--precision`` sets every drawn case's precision (the rest is drawn as before), for a
+holdout aimed at one precision's mechanisms; ``--trained`` keeps only the drawn steps
+that train the backbone (full training or the last N layers).
 """
 
 from __future__ import annotations
@@ -68,12 +71,18 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=14)
     parser.add_argument("--max-peak-gib", type=float, default=2.5)
     parser.add_argument("--max-activations-gib", type=float, default=1.5)
+    parser.add_argument("--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"))
+    parser.add_argument("--trained", action="store_true")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     kept, drawn = 0, 0
     while kept < args.count:
         drawn += 1
         case_args, kwargs = draw(rng)
+        if args.precision:
+            kwargs["precision"] = args.precision
+        if args.trained and kwargs["mode"] == "frozen_backbone":
+            continue
         try:
             spec, config = _case(*case_args, **kwargs)  # the validation list's own constructor
             estimate = estimate_memory(get_profile(spec), config)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from calc.allocator import BFC
+from calc.kernels import im2col_buffer_bytes, matmul_upcasts
 from calc.optimizers import (
     EARLY_TEMPORARIES_ALIVE,
     branch_temporaries,
@@ -307,8 +308,8 @@ def _grouped_depthwise_scratch(layer, profile: ModelProfile) -> int:
     """
     if layer.layer_type != "Conv2D" or not layer.trainable_weight_elements or len(layer.input_ids) != 1:
         return 0
-    kernel_size = _detail_ints(layer.detail, "kernel_size")
-    strides = _detail_ints(layer.detail, "strides") or (1,)
+    kernel_size = layer.detail_ints("kernel_size")
+    strides = layer.detail_ints("strides") or (1,)
     if not kernel_size or not layer.output_shapes or len(layer.output_shapes[0]) < 2:
         return 0
     k = math.prod(kernel_size)
@@ -371,6 +372,17 @@ def spread_caveats(profile: ModelProfile, config: TrainingConfig) -> dict[str, i
     return caveats
 
 
+def _input_channels(profile: ModelProfile) -> list[int]:
+    """Channels (last dimension) of every tensor, from its producer's output shape."""
+    channels = [0] * len(profile.tensor_elements)
+    for t in profile.input_ids:
+        channels[t] = profile.input_shape[-1] if profile.input_shape else 0
+    for layer in profile.layers:
+        for t, shape in zip(layer.output_ids, layer.output_shapes):
+            channels[t] = shape[-1] if shape else 0
+    return channels
+
+
 def _executor_order(layers, producer) -> list[int]:
     """The order of the forward pass as TensorFlow's executor runs it (one inter-op thread).
 
@@ -420,7 +432,7 @@ def _first_stage(layer, precision: Precision, input_bytes: int, input_elements: 
     a walk without the copy (docs/MEASUREMENTS.md).
     """
     if layer.layer_type == "SeparableConv2D":
-        return input_bytes // max(1, math.prod(_detail_ints(layer.detail, "strides") or (1,))), "depthwise"
+        return input_bytes // max(1, math.prod(layer.detail_ints("strides") or (1,))), "depthwise"
     if precision.is_mixed and layer.layer_type in ("BatchNormalization", "LayerNormalization"):
         return FLOAT32 * input_elements, "float32 copy"
     return 0, ""
@@ -445,18 +457,6 @@ def _inference_scratch(layer, staged: int) -> float:
     if layer.layer_type.startswith("MaxPooling"):
         return 0.0
     return min(1.0, rule.forward_scratch + rule.extra_outputs) + fused
-
-
-def _detail_ints(detail: str, key: str) -> tuple[int, ...]:
-    """``kernel_size=(7, 7)`` in a ledger row's detail -> (7, 7); () when absent."""
-    for part in detail.split(") "):
-        if part.startswith(key + "="):
-            digits = part[len(key) + 1:].strip("()[] ")
-            try:
-                return tuple(int(v) for v in digits.replace(" ", "").split(",") if v)
-            except ValueError:
-                return ()
-    return ()
 
 
 def waits_for_all_gradients(config: TrainingConfig) -> bool:
@@ -650,6 +650,23 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 keepers[t] += 1
                 kept_ids[i].append(t)
 
+    # float16 kernels' own temporaries (calc.kernels): per layer, (fixed bytes, per-sample
+    # bytes) while its forward runs and while its gradient runs.
+    half_forward: list[tuple[int, tuple[int, ...]]] = [(0, ())] * len(layers)
+    half_backward: list[tuple[int, tuple[int, ...]]] = [(0, ())] * len(layers)
+    if precision is Precision.MIXED_FLOAT16:
+        channels = _input_channels(profile)
+        for i, layer in enumerate(layers):
+            if layer.float32_compute or merged[i] or len(layer.input_ids) != 1:
+                continue
+            t_in = layer.input_ids[0]
+            fixed, per_sample = matmul_upcasts(layer, profile.tensor_elements[t_in],
+                                               sum(profile.tensor_elements[t] for t in layer.output_ids))
+            half_forward[i] = (counted_bytes(fixed), per_sample)
+            if backward[i]:
+                col = im2col_buffer_bytes(layer, channels[t_in], has_weights[i], requires_grad[t_in])
+                half_backward[i] = (counted_bytes(fixed) + counted_bytes(col), per_sample)
+
     keepers_at_start = list(keepers)
     run_order = _executor_order(layers, producer)
     pos = [0] * len(layers)
@@ -739,7 +756,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         ledger.fixed[ACT] += private_fixed[i]
         scratch_share = _inference_scratch(layer, staged) if frozen_op else rule.forward_scratch
         scratch = tuple(int(scratch_share * nbytes[t]) for t in layer.output_ids) + tuple(cast_inputs)
-        ledger.snapshot(f"forward {layer.name}", extra_per_sample=scratch)
+        ledger.snapshot(f"forward {layer.name}", extra_fixed=half_forward[i][0],
+                        extra_per_sample=scratch + half_forward[i][1])
         if staged:
             ledger.remove(ACT, staged)
         if kernel_casts[i]:
@@ -801,6 +819,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             scratch_now = max(scratch_now, per_update * biggest)
         if has_weights[i]:
             scratch_now += _grouped_depthwise_scratch(layer, profile)
+        scratch_now += half_backward[i][0]
+        extra += half_backward[i][1]
         ledger.snapshot(f"backward {layer.name}", extra_fixed=scratch_now, extra_per_sample=tuple(extra))
         for t in {alias[x] for x in layer.output_ids}:
             if grad_live[t]:

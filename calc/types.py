@@ -90,6 +90,17 @@ class LayerStats:
     def trainable_params(self) -> int:
         return sum(self.trainable_weight_elements)
 
+    def detail_ints(self, key: str) -> tuple[int, ...]:
+        """``kernel_size=(7, 7)`` in the detail -> (7, 7); () when absent."""
+        for part in self.detail.split(") "):
+            if part.startswith(key + "="):
+                digits = part[len(key) + 1:].strip("()[] ")
+                try:
+                    return tuple(int(v) for v in digits.replace(" ", "").split(",") if v)
+                except ValueError:
+                    return ()
+        return ()
+
     @property
     def non_trainable_params(self) -> int:
         return sum(self.non_trainable_weight_elements)

@@ -274,7 +274,9 @@ def test_early_temporaries_are_alive_through_the_forward_pass():
     assert momentum.other_bytes == 3 * (per_kernel * 3 // 4 // 256 * 256)
     assert momentum.peak_bytes > plain.peak_bytes + momentum.optimizer_state_bytes
     # Inside LossScaleOptimizer's cond (mixed_float16) they run only at the update, where the
-    # branch's temporaries of every variable are counted instead (next test).
+    # branch's temporaries of every variable are counted instead (next test). Layers without
+    # spatial shapes, so that no float16 kernel buffer (calc.kernels) outgrows the update.
+    big = chain_profile(sizes=(4096,) * 3, types=("Conv2D",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
     f16 = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", precision="mixed_float16",
                                               optimizer_options=OptimizerOptions(momentum=True)))
     assert f16.peak_phase == "optimizer update"
@@ -291,7 +293,8 @@ def test_mixed_float16_updates_start_together(optimizer, options, per_variable, 
     # The loss scale's cond needs every gradient; then every update is ready at once and the
     # peak holds update temporaries of all variables (calc.optimizers.BRANCH_TEMPORARIES):
     # counted per variable beyond its gradient, or one update's scratch if that is larger.
-    big = chain_profile(sizes=(4096,) * 3, types=("Dense",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
+    # (Layers without spatial shapes: no float16 kernel buffer, calc.kernels, outgrows it.)
+    big = chain_profile(sizes=(4096,) * 3, types=("Conv2D",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
     b = estimate_memory(big, TrainingConfig(batch_size=1, optimizer=optimizer, precision="mixed_float16",
                                             optimizer_options=OptimizerOptions(**options)))
     kernel = expected_counted(4 << 20)  # the head's 160 KiB are below the tracked size
