@@ -372,6 +372,58 @@ def spread_caveats(profile: ModelProfile, config: TrainingConfig) -> dict[str, i
     return caveats
 
 
+def _gradient_flow(profile: ModelProfile, has_weights: list[bool]) -> tuple[list[bool], list[bool]]:
+    """Which tensors carry a gradient (those downstream of a trained weight), and which layers run backward."""
+    requires_grad = [False] * len(profile.tensor_elements)
+    backward = [False] * len(profile.layers)
+    for i, layer in enumerate(profile.layers):
+        flows = has_weights[i] or any(requires_grad[t] for t in layer.input_ids)
+        backward[i] = flows
+        for t in layer.output_ids:
+            requires_grad[t] = flows
+    return requires_grad, backward
+
+
+def _half_kernel_scratch(profile: ModelProfile, precision: Precision, has_weights: list[bool],
+                         requires_grad: list[bool], backward: list[bool], counted) -> tuple[list, list]:
+    """The float16 kernels' own temporaries (calc.kernels), per layer: (fixed bytes, per-sample bytes)
+    while its forward runs, and while its gradient runs. Nothing outside mixed_float16."""
+    none: tuple[int, tuple[int, ...]] = (0, ())
+    forward, backward_ops = [none] * len(profile.layers), [none] * len(profile.layers)
+    if precision is not Precision.MIXED_FLOAT16:
+        return forward, backward_ops
+    channels = _input_channels(profile)
+    for i, layer in enumerate(profile.layers):
+        if layer.float32_compute or len(layer.input_ids) != 1:
+            continue
+        t_in = layer.input_ids[0]
+        fixed, per_sample = matmul_upcasts(layer, profile.tensor_elements[t_in],
+                                           sum(profile.tensor_elements[t] for t in layer.output_ids))
+        forward[i] = (counted(fixed), per_sample)
+        if backward[i]:
+            col = im2col_buffer_bytes(layer, channels[t_in], has_weights[i], requires_grad[t_in])
+            backward_ops[i] = (counted(fixed) + counted(col), per_sample)
+    return forward, backward_ops
+
+
+def float16_kernel_bytes(profile: ModelProfile, config: TrainingConfig) -> dict[str, tuple[int, int]]:
+    """Per layer name, under mixed_float16: the bytes TensorFlow's float16 CPU kernels hold
+    beyond their outputs while the layer's forward runs and while its gradient runs, at the
+    config's per-device batch (calc.kernels). Layers without any are left out."""
+    trained, _ = _trainable_flags(profile, config)
+    has_weights = [t and l.trainable_params > 0 for t, l in zip(trained, profile.layers)]
+    requires_grad, backward = _gradient_flow(profile, has_weights)
+    forward_ops, backward_ops = _half_kernel_scratch(profile, config.precision, has_weights, requires_grad,
+                                                     backward, counted_bytes)
+    batch = config.per_replica_batch
+    at_batch = lambda pair: pair[0] + sum(counted_bytes(b * batch) for b in pair[1])  # noqa: E731
+    found = {}
+    for layer, f, b in zip(profile.layers, forward_ops, backward_ops):
+        if at_batch(f) or at_batch(b):
+            found[layer.name] = (at_batch(f), at_batch(b))
+    return found
+
+
 def _input_channels(profile: ModelProfile) -> list[int]:
     """Channels (last dimension) of every tensor, from its producer's output shape."""
     channels = [0] * len(profile.tensor_elements)
@@ -591,14 +643,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             for t, u in zip(layer.output_ids, layers[twin].output_ids):
                 alias[t] = alias[u]
 
-    # Which tensors carry a gradient: those downstream of a trained weight.
-    requires_grad = [False] * n_tensors
-    backward = [False] * len(layers)
-    for i, layer in enumerate(layers):
-        flows = has_weights[i] or any(requires_grad[t] for t in layer.input_ids)
-        backward[i] = flows
-        for t in layer.output_ids:
-            requires_grad[t] = flows
+    requires_grad, backward = _gradient_flow(profile, has_weights)
 
     # What each backward layer keeps: shared tensors by id, private ones by size.
     keepers = [0] * n_tensors
@@ -650,22 +695,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 keepers[t] += 1
                 kept_ids[i].append(t)
 
-    # float16 kernels' own temporaries (calc.kernels): per layer, (fixed bytes, per-sample
-    # bytes) while its forward runs and while its gradient runs.
-    half_forward: list[tuple[int, tuple[int, ...]]] = [(0, ())] * len(layers)
-    half_backward: list[tuple[int, tuple[int, ...]]] = [(0, ())] * len(layers)
-    if precision is Precision.MIXED_FLOAT16:
-        channels = _input_channels(profile)
-        for i, layer in enumerate(layers):
-            if layer.float32_compute or merged[i] or len(layer.input_ids) != 1:
-                continue
-            t_in = layer.input_ids[0]
-            fixed, per_sample = matmul_upcasts(layer, profile.tensor_elements[t_in],
-                                               sum(profile.tensor_elements[t] for t in layer.output_ids))
-            half_forward[i] = (counted_bytes(fixed), per_sample)
-            if backward[i]:
-                col = im2col_buffer_bytes(layer, channels[t_in], has_weights[i], requires_grad[t_in])
-                half_backward[i] = (counted_bytes(fixed) + counted_bytes(col), per_sample)
+    half_forward, half_backward = _half_kernel_scratch(profile, precision, has_weights, requires_grad, backward,
+                                                       counted_bytes)
 
     keepers_at_start = list(keepers)
     run_order = _executor_order(layers, producer)

@@ -174,6 +174,7 @@ class FormulaNumbers:
     waits_for_all: bool  # mixed_float16: every update waits for every gradient (the loss scale's cond)
     branch_per_param: float  # then: update temporaries per parameter held together (BRANCH_TEMPORARIES)
     breakdown: MemoryBreakdown
+    half_kernel_bytes: int  # mixed_float16: the float16 CPU kernels' buffers of the layer at the peak (calc.kernels)
     kept_per_sample: int
     neurons: int
     input_elements: int
@@ -183,6 +184,17 @@ class FormulaNumbers:
     seed_max_batch: int
     engine_max_batch: int
     measured_bytes: int | None
+
+
+def _half_kernel_bytes_at_peak(profile: ModelProfile, config, phase: str) -> int:
+    """The float16 kernels' buffers (calc.kernels) of the layer whose forward or gradient is the peak."""
+    from calc.estimate import float16_kernel_bytes
+
+    direction, _, name = phase.partition(" ")
+    if direction not in ("forward", "backward"):
+        return 0
+    per_layer = float16_kernel_bytes(profile, config).get(name.split(" (")[0], (0, 0))
+    return per_layer[direction == "backward"]
 
 
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: int | None) -> FormulaNumbers:
@@ -208,6 +220,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         waits_for_all=waits_for_all_gradients(config),
         branch_per_param=branch_temporaries(config.optimizer, config.optimizer_options),
         breakdown=b,
+        half_kernel_bytes=_half_kernel_bytes_at_peak(profile, config, b.peak_phase),
         kept_per_sample=sum(plan.kept_per_sample),
         neurons=neurons,
         input_elements=input_elements,

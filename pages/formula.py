@@ -39,6 +39,13 @@ else:
                    f"`docs/MEASUREMENTS.md`, stop 12). At most {n.early_alive:g} × {n.early_per_param} × "
                    f"{n.trainable_params:,} × 4 B; those of the variables not yet updated at the peak")
 
+half_text = ""
+if n.half_kernel_bytes:
+    half_text = (f"; {f(n.half_kernel_bytes)} of it are buffers of TensorFlow's own float16 CPU kernels, which run "
+                 "because oneDNN has no float16 path: a convolution's gradient im2cols a shard of the batch into one "
+                 "buffer of [⌈15 Mi / unit⌉, output pixels, filter size] float16 elements (about 30 MiB whatever the "
+                 "batch), and a Dense layer's MatMul copies its operands and result to float32 (`calc.kernels`)")
+
 st.header("1. What this tool computes")
 st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X + R")
 st.markdown(
@@ -52,7 +59,7 @@ st.markdown(
 - **B · a, activations kept for the backward pass**: what each layer's gradient reads (a Conv keeps its input,
   a ReLU its output, BatchNormalization its input, Add nothing), alive at the peak ({b.peak_phase}):
   batch {n.batch} → **{f(b.activations_bytes)}** (at most {n.kept_per_sample:,} bytes per sample over the whole model).
-- **T, backward transients**: gradients of activations and scratch of the layer running at the peak → **{f(b.backward_transient_bytes)}**.
+- **T, backward transients**: gradients of activations and scratch of the layer running at the peak{half_text} → **{f(b.backward_transient_bytes)}**.
 - **X, the input batch**: {n.batch} × {n.input_elements:,} × 4 B (+ labels) → **{f(b.input_batch_bytes)}**.
 - **R, allocator chunks**: TensorFlow's BFC allocator grows its pool by regions that double in size and hands a
   free chunk out whole unless it is at least twice the request (or 128 MiB more), so a tensor can hold up to about

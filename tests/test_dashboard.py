@@ -295,6 +295,28 @@ def test_formula_terms_add_up_to_the_peak(optimizer):
 
 
 
+def test_formula_names_the_float16_kernel_buffers_of_the_peak_layer():
+    import re
+
+    from calc.estimate import float16_kernel_bytes
+    from dashboard.views import fmt
+
+    at = app({**SMALL, "batch_size": "2", "optimizer": "adadelta", "precision": "mixed_float16"}, page="pages/formula.py")
+    profile = get_profile(make_spec("MobileNetV2", 96))
+    config = TrainingConfig(batch_size=2, optimizer="adadelta", precision="mixed_float16")
+    b = estimate_memory(profile, config)
+    assert b.peak_phase.startswith("backward ")
+    buffers = float16_kernel_bytes(profile, config)[b.peak_phase.removeprefix("backward ")][1]
+    assert buffers > 20 * 2**20  # the im2col buffer of a 1x1 conv's gradient (calc.kernels)
+    text = next(m.value for m in at.markdown if "T, backward transients" in m.value)
+    line = next(l for l in text.splitlines() if "T, backward transients" in l)
+    assert "float16 CPU kernels" in line and "im2col" in line
+    shown = re.search(r"at the peak; ([\d.]+) GiB of it", line)
+    assert shown and float(shown.group(1)) == round(buffers / 1024**3, 3)
+    plain = app({**SMALL, "batch_size": "2", "optimizer": "adadelta"}, page="pages/formula.py")
+    assert "float16 CPU kernels" not in next(m.value for m in plain.markdown if "T, backward transients" in m.value)
+
+
 def test_formula_shows_the_accumulators_and_their_reset_constants():
     from calc.estimate import accumulator_reset_parameters
 
