@@ -176,6 +176,9 @@ CAVEAT_LINES = {
     "updates_together": ("under mixed_float16 every update waits for every gradient, then all start together, "
                          "and that is this step's peak ({gib:.3f} GiB of update temporaries counted): how many are "
                          "alive at once differs between runs"),
+    "float16_buffer": ("under mixed_float16 this step peaks while a float16 CPU kernel holds a buffer of {gib:.3f} "
+                       "GiB (im2col of a convolution's gradient, or a MatMul's float32 copies), which may get a "
+                       "larger chunk; a GPU has no such buffer"),
 }
 
 

@@ -508,7 +508,8 @@ NO_CAVEAT = "none"
 # How a record's sentence names the steps of each kind (``record_sentence``).
 CAVEAT_STEPS = {"large_variable": "steps with such a variable", "large_fixed_request": "steps with such a request",
                 "inference_layout": "frozen or last-N steps",
-                "updates_together": "mixed_float16 steps whose peak is the update"}
+                "updates_together": "mixed_float16 steps whose peak is the update",
+                "float16_buffer": "mixed_float16 steps whose peak is a float16 kernel's buffer"}
 
 
 @dataclass(frozen=True)

@@ -186,20 +186,9 @@ class FormulaNumbers:
     measured_bytes: int | None
 
 
-def _half_kernel_bytes_at_peak(profile: ModelProfile, config, phase: str) -> int:
-    """The float16 kernels' buffers (calc.kernels) of the layer whose forward or gradient is the peak."""
-    from calc.estimate import float16_kernel_bytes
-
-    direction, _, name = phase.partition(" ")
-    if direction not in ("forward", "backward"):
-        return 0
-    per_layer = float16_kernel_bytes(profile, config).get(name.split(" (")[0], (0, 0))
-    return per_layer[direction == "backward"]
-
-
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: int | None) -> FormulaNumbers:
     from calc import classic
-    from calc.estimate import waits_for_all_gradients
+    from calc.estimate import kernel_bytes_at, waits_for_all_gradients
     from calc.optimizers import EARLY_TEMPORARIES_ALIVE, branch_temporaries, slots_per_variable
 
     config = config_of(inputs)
@@ -220,7 +209,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         waits_for_all=waits_for_all_gradients(config),
         branch_per_param=branch_temporaries(config.optimizer, config.optimizer_options),
         breakdown=b,
-        half_kernel_bytes=_half_kernel_bytes_at_peak(profile, config, b.peak_phase),
+        half_kernel_bytes=kernel_bytes_at(profile, config, b.peak_phase),
         kept_per_sample=sum(plan.kept_per_sample),
         neurons=neurons,
         input_elements=input_elements,
@@ -313,6 +302,7 @@ CAVEAT_GROUPS = {
     "large_variable": "a variable of 128 MiB or more (VGG's Flatten head)",
     "large_fixed_request": "one request of 128 MiB or more whatever the batch (ConvNeXt)",
     "updates_together": "mixed_float16 with the peak at the update (all updates start together)",
+    "float16_buffer": "mixed_float16 with the peak at a float16 kernel's buffer (small steps)",
 }
 
 
@@ -347,6 +337,11 @@ CAVEAT_NOTES = {
         "Mixed float16: Keras' loss scaling checks every gradient before any update, then the updates of all "
         "variables start together, and this step peaks there ({size} of update temporaries counted, the "
         "average measured on Dense chains). How many of them are alive at once differs between runs"),
+    "float16_buffer": (
+        "Mixed float16 on a CPU: TensorFlow's own float16 kernels run, and this step peaks while one of them "
+        "holds a buffer of {size} (a convolution gradient's im2col buffer, or a Dense layer's float32 copies), "
+        "which the allocator may place in a larger free chunk, so repeated runs differ. On a GPU these buffers "
+        "do not exist"),
 }
 
 

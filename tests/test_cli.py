@@ -87,6 +87,12 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     together = caveats("--model", "ResNet50", "--image-size", "96", "--batch-size", "4", "--precision", "mixed_float16")
     assert list(together) == ["updates_together"] and together["updates_together"] > 0
     assert caveats("--model", "ResNet50", "--batch-size", "32", "--precision", "mixed_float16") == {}
+    # A small mixed_float16 step peaks while a float16 convolution gradient holds its im2col
+    # buffer (13-30 MiB whatever the batch, calc.kernels); under mixed_bfloat16 oneDNN has none.
+    small = ("--model", "MobileNetV3Small", "--image-size", "128", "--batch-size", "2")
+    buffer = caveats(*small, "--precision", "mixed_float16")
+    assert list(buffer) == ["float16_buffer"] and 16 * 2**20 < buffer["float16_buffer"] <= 40 * 2**20
+    assert caveats(*small, "--precision", "mixed_bfloat16") == {}
     assert main(["estimate", "--model", "VGG16", "--batch-size", "8"]) == 0
     note = next(line for line in capsys.readouterr().out.splitlines() if "note:" in line)
     assert "note: one variable holds 0.383 GiB" in note

@@ -403,6 +403,14 @@ def _record_text(kind, steps):
     return record_sentence(caveat_record(load_report(), kind), steps)
 
 
+def test_small_float16_steps_warn_of_the_kernel_buffer_and_its_record():
+    record = _record_text("float16_buffer", "mixed_float16 steps whose peak is a float16 kernel's buffer")
+    small = {**SMALL, "model": "MobileNetV3Small", "image_size": "128", "batch_size": "2", "optimizer": "sgd"}
+    at = app({**small, "precision": "mixed_float16"})
+    assert any("float16 kernels" in w.value and "im2col" in w.value and record in w.value for w in at.warning)
+    assert not any("float16 kernels" in w.value for w in app({**small, "precision": "mixed_bfloat16"}).warning)
+
+
 def test_frozen_backbone_estimates_carry_their_measured_record():
     record = _record_text("inference_layout", "frozen or last-N steps")
     at = app({**SMALL, "train_mode": "frozen_backbone"})
