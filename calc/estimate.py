@@ -390,11 +390,15 @@ def kernel_bytes_at(profile: ModelProfile, config: TrainingConfig, phase: str) -
     direction, _, name = phase.partition(" ")
     if direction not in ("forward", "backward"):
         return 0
-    return float16_kernel_bytes(profile, config).get(name.split(" (")[0], (0, 0))[direction == "backward"]
+    layer = name.split(" (")[0]
+    ops = next((ops for n, *ops in _half_kernel_plan(profile, _without_batch(config)) if n == layer), None)
+    return _half_kernel_bytes(ops[direction == "backward"], config.per_replica_batch) if ops else 0
 
 
-def _gradient_flow(profile: ModelProfile, has_weights: list[bool]) -> tuple[list[bool], list[bool]]:
-    """Which tensors carry a gradient (those downstream of a trained weight), and which layers run backward."""
+def _gradient_flow(profile: ModelProfile, trained: list[bool]) -> tuple[list[bool], list[bool], list[bool]]:
+    """Per layer, whether it has trained weights; per tensor, whether it carries a gradient
+    (downstream of a trained weight); per layer, whether it runs backward."""
+    has_weights = [t and layer.trainable_params > 0 for t, layer in zip(trained, profile.layers)]
     requires_grad = [False] * len(profile.tensor_elements)
     backward = [False] * len(profile.layers)
     for i, layer in enumerate(profile.layers):
@@ -402,7 +406,7 @@ def _gradient_flow(profile: ModelProfile, has_weights: list[bool]) -> tuple[list
         backward[i] = flows
         for t in layer.output_ids:
             requires_grad[t] = flows
-    return requires_grad, backward
+    return has_weights, requires_grad, backward
 
 
 def _half_kernel_scratch(profile: ModelProfile, precision: Precision, has_weights: list[bool],
@@ -431,18 +435,28 @@ def float16_kernel_bytes(profile: ModelProfile, config: TrainingConfig) -> dict[
     """Per layer name, under mixed_float16: the bytes TensorFlow's float16 CPU kernels hold
     beyond their outputs while the layer's forward runs and while its gradient runs, at the
     config's per-device batch (calc.kernels). Layers without any are left out."""
-    trained, _ = _trainable_flags(profile, config)
-    has_weights = [t and l.trainable_params > 0 for t, l in zip(trained, profile.layers)]
-    requires_grad, backward = _gradient_flow(profile, has_weights)
+    batch = config.per_replica_batch
+    found = {}
+    for name, f, b in _half_kernel_plan(profile, _without_batch(config)):
+        forward_bytes, backward_bytes = _half_kernel_bytes(f, batch), _half_kernel_bytes(b, batch)
+        if forward_bytes or backward_bytes:
+            found[name] = (forward_bytes, backward_bytes)
+    return found
+
+
+def _half_kernel_bytes(scratch: tuple[int, tuple[int, ...]], batch: int) -> int:
+    """One ``_half_kernel_scratch`` entry (fixed bytes, per-sample bytes) at ``batch``."""
+    fixed, per_sample = scratch
+    return fixed + sum(counted_bytes(size * batch) for size in per_sample)
+
+
+@lru_cache(maxsize=64)
+def _half_kernel_plan(profile: ModelProfile, config: TrainingConfig) -> tuple[tuple, ...]:
+    """``_half_kernel_scratch`` per layer name, once per configuration (every batch shares it)."""
+    has_weights, requires_grad, backward = _gradient_flow(profile, _trainable_flags(profile, config)[0])
     forward_ops, backward_ops = _half_kernel_scratch(profile, config.precision, has_weights, requires_grad,
                                                      backward, counted_bytes)
-    batch = config.per_replica_batch
-    at_batch = lambda pair: pair[0] + sum(counted_bytes(b * batch) for b in pair[1])  # noqa: E731
-    found = {}
-    for layer, f, b in zip(profile.layers, forward_ops, backward_ops):
-        if at_batch(f) or at_batch(b):
-            found[layer.name] = (at_batch(f), at_batch(b))
-    return found
+    return tuple(zip((layer.name for layer in profile.layers), forward_ops, backward_ops))
 
 
 def _input_channels(profile: ModelProfile) -> list[int]:
@@ -635,7 +649,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     precision = config.precision
     cb = precision.compute_bytes
     trained, inference = _trainable_flags(profile, config)
-    has_weights = [t and l.trainable_params > 0 for t, l in zip(trained, layers)]
+    has_weights, requires_grad, backward = _gradient_flow(profile, trained)
 
     n_tensors = len(profile.tensor_elements)
     producer = [-1] * n_tensors
@@ -663,8 +677,6 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             merged[i] = True
             for t, u in zip(layer.output_ids, layers[twin].output_ids):
                 alias[t] = alias[u]
-
-    requires_grad, backward = _gradient_flow(profile, has_weights)
 
     # What each backward layer keeps: shared tensors by id, private ones by size.
     keepers = [0] * n_tensors
