@@ -270,6 +270,15 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     tf.config.threading.set_intra_op_parallelism_threads(1)
     gpus = tf.config.list_physical_devices("GPU")
     device = "GPU:0" if gpus else "CPU:0"
+    device_name = "CPU"
+    if gpus:
+        # One region of this size instead of (nearly) the whole card, as TensorFlow takes
+        # by default: several measurements can then share one GPU, each allocator alike.
+        limit_mib = os.environ.get("CALC_GPU_MEMORY_LIMIT_MIB")
+        if limit_mib:
+            tf.config.set_logical_device_configuration(
+                gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=int(limit_mib))])
+        device_name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
     keras = _keras()
     started = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -326,6 +335,7 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         "current_after_bytes": int(info["current"]),
         "seconds": round(time.perf_counter() - started, 2),
         "device": device,
+        "device_name": device_name,
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "threads": "inter_op=1 intra_op=1",

@@ -1,0 +1,116 @@
+"""TensorFlow training steps on a GPU: the validation protocol, on a GPU machine.
+
+    python benchmarks/measure_gpu_tf.py cases                      # the GPU slice's case ids
+    python benchmarks/measure_gpu_tf.py measure OUT.json [--xla] [--jobs 8] [--limit-mib 10240]
+                                        [--repeats 2] [--deadline-s 480] [SUBSTRING ...]
+    python -m calc validate --data calc/data/gpu_tf_h100.json      # here: the engine against them
+
+The same protocol as ``benchmarks/measure_validation.py`` (``calc.measure``: warm-up
+until a step applied its update, reset, one step, the allocator's peak on ``GPU:0``; 1
+inter-op and 1 intra-op thread; a fresh process per run), run on a GPU. Several runs
+share the GPU: each process gets one allocator region of ``--limit-mib`` (through
+``CALC_GPU_MEMORY_LIMIT_MIB``, read by ``calc.keras_adapter``) instead of nearly the
+whole card, so every allocator starts alike. ``--xla`` compiles the step with XLA
+(``jit_compile=True``), what Keras 3 does by default on a GPU.
+
+Cases are taken largest-first and saved as each finishes, in the validation file format,
+so a run stopped at its time limit keeps what it measured; ``--deadline-s`` stops
+starting new cases after that many seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from threading import Lock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from calc.measure import MeasurementError, measure_training_step  # noqa: E402
+from calc.validation import VALIDATION_CASES, case_id, load_measurements, save_measurement  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The JAX/XLA slice's cases, for a three-way comparison.
+from measure_gpu_jax import GPU_CASES as JAX_SLICE  # noqa: E402
+
+MIB = 1 << 20
+SAMPLE_SEED = 2026
+SAMPLE_SIZE = 36
+MAX_CPU_PEAK = 5 << 30  # keeps each run well inside its region
+
+
+def gpu_cases() -> list[tuple]:
+    """The JAX slice's cases plus a seeded draw of the other CPU-measured ones under 5 GiB.
+
+    Returned largest CPU peak first (the longest runs start first).
+    """
+    cpu = {c["case"]: c["peak_bytes"] for c in load_measurements()["cases"]}
+    by_id = {case_id(s, c): (s, c) for s, c in VALIDATION_CASES}
+    rest = sorted(cid for cid, peak in cpu.items() if cid in by_id and peak <= MAX_CPU_PEAK and cid not in JAX_SLICE)
+    drawn = random.Random(SAMPLE_SEED).sample(rest, SAMPLE_SIZE)
+    chosen = [cid for cid in JAX_SLICE if cid in by_id] + drawn
+    return [by_id[cid] for cid in sorted(chosen, key=lambda cid: -cpu.get(cid, 0))]
+
+
+def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, deadline_s: float,
+            names: list[str]) -> None:
+    os.environ["CALC_GPU_MEMORY_LIMIT_MIB"] = str(limit_mib)
+    done = {c["case"] for c in load_measurements(out)["cases"]}
+    todo = [(s, c) for s, c in gpu_cases()
+            if case_id(s, c) not in done and (not names or any(n in case_id(s, c) for n in names))]
+    print(f"{len(todo)} cases to measure, xla={xla}, {jobs} at a time, {limit_mib} MiB each", flush=True)
+    started = time.monotonic()
+    lock = Lock()
+
+    def one(spec, config):
+        if time.monotonic() - started > deadline_s:
+            return case_id(spec, config), None
+        m = measure_training_step(spec, config, repeats=repeats, xla=xla, timeout_s=max(60.0, deadline_s))
+        with lock:
+            save_measurement(out, spec, config, m)
+        return case_id(spec, config), m
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(one, s, c) for s, c in todo]
+        for f in as_completed(futures):
+            try:
+                cid, m = f.result()
+            except MeasurementError as exc:
+                print(f"FAILED {exc}", flush=True)
+                continue
+            if m is None:
+                print(f"SKIPPED {cid} (deadline)", flush=True)
+            else:
+                print(f"{cid:70s} {m.peak_bytes / MIB:9.1f} MiB spread {m.spread * 100:4.1f}% {m.seconds:6.1f}s"
+                      f" jit_compile={m.jit_compile}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("cases", "measure"))
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("names", nargs="*")
+    parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--limit-mib", type=int, default=10240)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--deadline-s", type=float, default=480.0)
+    args = parser.parse_args()
+    if args.command == "cases":
+        for s, c in gpu_cases():
+            print(case_id(s, c))
+        return
+    if not args.out:
+        parser.error("measure needs OUT.json")
+    measure(Path(args.out), xla=args.xla, jobs=args.jobs, limit_mib=args.limit_mib, repeats=args.repeats,
+            deadline_s=args.deadline_s, names=args.names)
+
+
+if __name__ == "__main__":
+    main()
