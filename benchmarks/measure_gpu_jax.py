@@ -111,6 +111,8 @@ def measure(path: str, names: list[str]) -> None:
 
 
 def compare(path: str) -> None:
+    from dataclasses import replace
+
     from calc.estimate import estimate_memory
     from calc.profiles import get_profile
     from calc.requests import config_from_dict, spec_from_dict
@@ -124,7 +126,8 @@ def compare(path: str) -> None:
         if "peak_bytes" not in r:
             print(f"{r['case']:66s} failed: {r['error']}")
             continue
-        predicted = estimate_memory(get_profile(spec_from_dict(r["spec"])), config_from_dict(r["config"])).peak_bytes
+        predicted = estimate_memory(get_profile(spec_from_dict(r["spec"])),
+                                    replace(config_from_dict(r["config"]), device="gpu")).peak_bytes
         err = predicted / r["peak_bytes"] - 1
         errors.append(err)
         print(f"{r['case']:66s} {r['peak_bytes'] / MIB:14.1f} {cpu.get(r['case'], 0) / MIB:9.1f} {predicted / MIB:8.1f}"

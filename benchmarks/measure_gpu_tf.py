@@ -26,6 +26,7 @@ import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from threading import Lock
 
@@ -62,7 +63,7 @@ def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, de
             names: list[str]) -> None:
     os.environ["CALC_GPU_MEMORY_LIMIT_MIB"] = str(limit_mib)
     done = {c["case"] for c in load_measurements(out)["cases"]}
-    todo = [(s, c) for s, c in gpu_cases()
+    todo = [(s, replace(c, device="gpu")) for s, c in gpu_cases()
             if case_id(s, c) not in done and (not names or any(n in case_id(s, c) for n in names))]
     print(f"{len(todo)} cases to measure, xla={xla}, {jobs} at a time, {limit_mib} MiB each", flush=True)
     started = time.monotonic()

@@ -8,6 +8,7 @@ from calc.catalogue import CATALOGUE, ModelSpec, make_spec
 from calc.estimate import estimate_memory, max_batch_size, memory_curve
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
 from calc.types import (
+    Device,
     LayerStats,
     MemoryBreakdown,
     ModelProfile,
@@ -19,7 +20,7 @@ from calc.types import (
 )
 
 __all__ = [
-    "CATALOGUE", "GPU_PRESETS", "GpuPreset", "LayerStats", "MemoryBreakdown", "ModelProfile",
+    "CATALOGUE", "Device", "GPU_PRESETS", "GpuPreset", "LayerStats", "MemoryBreakdown", "ModelProfile",
     "ModelSpec", "Optimizer", "OptimizerOptions", "Precision", "TrainMode", "TrainingConfig",
     "custom_gpu", "estimate_memory", "lookup_gpu", "make_spec", "max_batch_size", "memory_curve",
 ]

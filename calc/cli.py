@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from calc.catalogue import CATALOGUE, ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
-from calc.types import ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 
 GIB = 1024**3
 
@@ -67,6 +67,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--centered", action="store_true", help="centered RMSprop")
     p.add_argument("--ema", "--use-ema", dest="ema", action="store_true", help="use_ema=True")
     p.add_argument("--precision", choices=[p.value for p in Precision], default="float32")
+    p.add_argument("--device", choices=[d.value for d in Device], default="cpu",
+                   help="the kernels the step runs on: cpu (what the validation set measured) or gpu "
+                        "(cuDNN/cuBLAS: no float16 CPU-kernel buffers, no XLA CPU filter for grouped convs)")
     p.add_argument("--frozen-backbone", action="store_true", help="Keras transfer-learning recipe (implies --no-top)")
     p.add_argument("--last-n", "--last-n-layers", dest="last_n", type=_positive, help="train only the last N layers")
     p.add_argument("--grad-accum", "--gradient-accumulation-steps", dest="grad_accum", type=_positive, default=1,
@@ -143,6 +146,7 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         last_n_layers=args.last_n or 0,
         gradient_accumulation_steps=args.grad_accum,
         num_gpus=args.gpus,
+        device=Device(args.device),
     )
 
 
@@ -211,6 +215,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "optimizer": config.optimizer.value,
         "precision": config.precision.value,
         "train_mode": config.train_mode.value,
+        "device": config.device.value,
         "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "peak_bytes": b.peak_bytes,
         "components": b.components(),
@@ -218,7 +223,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "unknown_layer_types": list(profile.unknown_layer_types),
         "caveats": spread_caveats(profile, config),
     }
-    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  {config.train_mode.value}"]
+    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
+             f"{config.train_mode.value}  on {config.device.value}"]
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
     lines.append(f"  {'predicted peak':20s} {b.peak_bytes / GIB:10.3f} GiB  ({b.peak_bytes:,} bytes, at {b.peak_phase})")
     if gpu is not None:

@@ -28,6 +28,7 @@ from calc.optimizers import (
 )
 from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
+    Device,
     MemoryBreakdown,
     ModelProfile,
     Precision,
@@ -298,15 +299,21 @@ def _writes_in_place(layer, inference, precision, alias, producer, last_forward_
 XLA_DEPTHWISE_FILTER_GRAD = 2.0
 
 
-def _grouped_depthwise_scratch(layer, profile: ModelProfile) -> int:
+def _grouped_depthwise_scratch(layer, profile: ModelProfile, device: Device = Device.CPU) -> int:
     """Bytes of XLA's dense filter gradient for a Conv2D with one input channel per group.
+
+    Keras compiles grouped convolutions with XLA on every device; XLA's GPU backend hands
+    them to cuDNN's grouped convolution, so only the CPU has this filter: on an H100,
+    ConvNeXtBase 128 px b1 sgd peaked at 489 MiB against 955 on the CPU
+    (``calc/data/gpu_tf_h100.json``), about its two dense 7x7x1024x1024 filters.
 
     The dense filter is float32 under every precision: ``benchmarks/probe_grouped_conv.py
     dw C=512 n=2`` added 120 MiB to the step under float32 and mixed_bfloat16 alike (and
     134 under mixed_float16), 2.4-2.7 dense float32 filters of 49 MiB; sized in the
     16-bit compute dtype, ConvNeXtTiny 160 px b8 adam was -11.3 % (bf16) and -7.3 % (f16).
     """
-    if layer.layer_type != "Conv2D" or not layer.trainable_weight_elements or len(layer.input_ids) != 1:
+    if (device is Device.GPU or layer.layer_type != "Conv2D" or not layer.trainable_weight_elements
+            or len(layer.input_ids) != 1):
         return 0
     kernel_size = layer.detail_ints("kernel_size")
     strides = layer.detail_ints("strides") or (1,)
@@ -334,7 +341,7 @@ def largest_fixed_request_bytes(profile: ModelProfile, config: TrainingConfig) -
     """
     if config.train_mode is not TrainMode.ALL:
         return 0
-    return max((_grouped_depthwise_scratch(layer, profile) for layer in profile.layers), default=0)
+    return max((_grouped_depthwise_scratch(layer, profile, config.device) for layer in profile.layers), default=0)
 
 
 def largest_variable_bytes(profile: ModelProfile) -> int:
@@ -409,13 +416,14 @@ def _gradient_flow(profile: ModelProfile, trained: list[bool]) -> tuple[list[boo
     return has_weights, requires_grad, backward
 
 
-def _half_kernel_scratch(profile: ModelProfile, precision: Precision, has_weights: list[bool],
+def _half_kernel_scratch(profile: ModelProfile, config: TrainingConfig, has_weights: list[bool],
                          requires_grad: list[bool], backward: list[bool], counted) -> tuple[list, list]:
-    """The float16 kernels' own temporaries (calc.kernels), per layer: (fixed bytes, per-sample bytes)
-    while its forward runs, and while its gradient runs. Nothing outside mixed_float16."""
+    """TensorFlow's float16 CPU kernels' own temporaries (calc.kernels), per layer: (fixed bytes,
+    per-sample bytes) while its forward runs, and while its gradient runs. Nothing outside
+    mixed_float16, and nothing on a GPU, where cuDNN and cuBLAS compute in float16 themselves."""
     none: tuple[int, tuple[int, ...]] = (0, ())
     forward, backward_ops = [none] * len(profile.layers), [none] * len(profile.layers)
-    if precision is not Precision.MIXED_FLOAT16:
+    if config.precision is not Precision.MIXED_FLOAT16 or config.device is Device.GPU:
         return forward, backward_ops
     channels = _input_channels(profile)
     for i, layer in enumerate(profile.layers):
@@ -454,8 +462,8 @@ def _half_kernel_bytes(scratch: tuple[int, tuple[int, ...]], batch: int) -> int:
 def _half_kernel_plan(profile: ModelProfile, config: TrainingConfig) -> tuple[tuple, ...]:
     """``_half_kernel_scratch`` per layer name, once per configuration (every batch shares it)."""
     has_weights, requires_grad, backward = _gradient_flow(profile, _trainable_flags(profile, config)[0])
-    forward_ops, backward_ops = _half_kernel_scratch(profile, config.precision, has_weights, requires_grad,
-                                                     backward, counted_bytes)
+    forward_ops, backward_ops = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward,
+                                                     counted_bytes)
     return tuple(zip((layer.name for layer in profile.layers), forward_ops, backward_ops))
 
 
@@ -728,7 +736,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 keepers[t] += 1
                 kept_ids[i].append(t)
 
-    half_forward, half_backward = _half_kernel_scratch(profile, precision, has_weights, requires_grad, backward,
+    half_forward, half_backward = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward,
                                                        counted_bytes)
 
     keepers_at_start = list(keepers)
@@ -882,7 +890,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             ledger.fixed[OTHER] -= early_now  # consumed by the update (its scratch counts them)
             scratch_now = max(scratch_now, per_update * biggest)
         if has_weights[i]:
-            scratch_now += _grouped_depthwise_scratch(layer, profile)
+            scratch_now += _grouped_depthwise_scratch(layer, profile, config.device)
         scratch_now += half_backward[i][0]
         extra += half_backward[i][1]
         ledger.snapshot(f"backward {layer.name}", extra_fixed=scratch_now, extra_per_sample=tuple(extra))

@@ -21,7 +21,7 @@ from typing import Any
 
 from calc.catalogue import ModelSpec
 from calc.rules import is_known_layer_type
-from calc.types import LayerStats, ModelProfile, Optimizer, TrainingConfig, TrainMode
+from calc.types import Device, LayerStats, ModelProfile, Optimizer, TrainingConfig, TrainMode
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -269,6 +269,11 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     gpus = tf.config.list_physical_devices("GPU")
+    if config.device is Device.CPU and gpus:
+        tf.config.set_visible_devices([], "GPU")  # the CPU's kernels, as asked, on a machine with a GPU
+        gpus = []
+    elif config.device is Device.GPU and not gpus:
+        raise RuntimeError("device gpu was asked for, but TensorFlow sees no GPU on this machine")
     device = "GPU:0" if gpus else "CPU:0"
     device_name = "CPU"
     if gpus:

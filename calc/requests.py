@@ -30,7 +30,7 @@ def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
 
 def config_to_dict(config: TrainingConfig) -> dict[str, Any]:
     data = asdict(config)
-    for key in ("optimizer", "precision", "train_mode"):
+    for key in ("optimizer", "precision", "train_mode", "device"):
         data[key] = getattr(config, key).value
     return data
 

@@ -43,6 +43,19 @@ class Optimizer(str, enum.Enum):
     ADAFACTOR = "adafactor"
 
 
+class Device(str, enum.Enum):
+    """Where the step runs: which of TensorFlow's kernels, and so which temporaries, it has.
+
+    ``cpu``: the CPU kernels the validation set was measured on (float16 convolution and
+    matrix-product buffers, XLA's dense filter gradient for grouped convolutions).
+    ``gpu``: cuDNN and cuBLAS, which have neither (measured on an H100:
+    ``calc/data/gpu_tf_h100.json``); their workspaces are not modelled.
+    """
+
+    CPU = "cpu"
+    GPU = "gpu"
+
+
 class TrainMode(str, enum.Enum):
     """What is trained."""
 
@@ -167,8 +180,10 @@ class TrainingConfig:
     last_n_layers: int = 0
     gradient_accumulation_steps: int = 1
     num_gpus: int = 1
+    device: Device = Device.CPU
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device", Device(self.device))
         object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "train_mode", TrainMode(self.train_mode))

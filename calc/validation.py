@@ -1,30 +1,34 @@
 """The validation set: real measurements, and the estimate's error on each.
 
 Measured cases live in ``calc/data/validation_cpu.json``, each with the TensorFlow/Keras
-versions, device and thread settings they were measured with. No TensorFlow GPU slice
-exists yet (the lent GPU machines have no TensorFlow); ``calc/data/gpu_jax_h100*.json``
-hold the same cases under Keras' JAX backend on an H100 (``benchmarks/measure_gpu_jax.py``),
-reported beside, not part of this set. ``VALIDATION_CASES`` lists the CPU cases;
-``benchmarks/measure_validation.py`` measures the missing ones.
+versions, device and thread settings they were measured with. ``VALIDATION_CASES`` lists
+them; ``benchmarks/measure_validation.py`` measures the missing ones. Beside this set, not
+part of it: 50 of its cases with TensorFlow on an H100 (``calc/data/gpu_tf_h100.json``),
+22 of them compiled with XLA (``gpu_tf_h100_xla.json``; ``benchmarks/measure_gpu_tf.py``),
+and 14 under Keras' JAX backend (``gpu_jax_h100*.json``; ``benchmarks/measure_gpu_jax.py``).
+A file whose environment names a GPU is estimated with ``device="gpu"``.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from calc.catalogue import ModelSpec, make_spec
 from calc.requests import config_from_dict, config_to_dict, spec_from_dict, spec_to_dict
-from calc.types import OptimizerOptions, TrainingConfig
+from calc.types import Device, OptimizerOptions, TrainingConfig
 
 DATA_DIR = Path(__file__).parent / "data"
 CPU_DATA = DATA_DIR / "validation_cpu.json"
+# TensorFlow on an H100: its graph executor (jit_compile=False), and XLA (Keras 3's default there).
+GPU_TF_DATA = DATA_DIR / "gpu_tf_h100.json"
+GPU_TF_XLA_DATA = DATA_DIR / "gpu_tf_h100_xla.json"
 # The GPU slice under Keras' JAX backend (XLA compiles every step there), without XLA's
 # autotuner, whose compile-time workspaces would otherwise be the process peak.
-GPU_XLA_DATA = DATA_DIR / "gpu_jax_h100_noautotune.json"
+GPU_JAX_DATA = DATA_DIR / "gpu_jax_h100_noautotune.json"
 
 
 def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=0, accum=1,
@@ -467,18 +471,25 @@ def save_measurement(path: Path, spec: ModelSpec, config: TrainingConfig, measur
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
+def measured_device(data: dict[str, Any]) -> Device:
+    """The device a data file's steps ran on (its environment's ``device``: ``CPU:0``, ``GPU:0 (...)``)."""
+    return Device.GPU if str(data.get("environment", {}).get("device", "")).startswith("GPU") else Device.CPU
+
+
 def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
     """Estimates every measured case. ``profile_for(spec)`` returns a profile (cached)."""
     from calc.estimate import estimate_memory, spread_caveats
 
     if profile_for is None:
         from calc.profiles import get_profile as profile_for
+    data = load_measurements(path)
+    device = measured_device(data)
     rows = []
-    for case in load_measurements(path)["cases"]:
+    for case in data["cases"]:
         if "peak_bytes" not in case:  # a run that failed is kept in the file with its error
             continue
         spec = spec_from_dict(case["spec"])
-        config = config_from_dict(case["config"])
+        config = replace(config_from_dict(case["config"]), device=device)
         profile = profile_for(spec)
         predicted = estimate_memory(profile, config).peak_bytes
         # One run per case (the GPU slice) has no spread.
@@ -582,7 +593,9 @@ def report_path(data: Path) -> Path:
     return CPU_REPORT if data == CPU_DATA else data.with_name(data.stem + "_report.json")
 
 
-GPU_XLA_REPORT = report_path(GPU_XLA_DATA)
+GPU_TF_REPORT = report_path(GPU_TF_DATA)
+GPU_TF_XLA_REPORT = report_path(GPU_TF_XLA_DATA)
+GPU_JAX_REPORT = report_path(GPU_JAX_DATA)
 
 
 def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:

@@ -52,6 +52,11 @@ def server_setting(name: str, default: str) -> str:
         return default
 
 
+def server_has_gpu() -> bool:
+    """An NVIDIA driver's device node, without importing TensorFlow."""
+    return os.path.exists("/dev/nvidiactl")
+
+
 def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, str]:
     if server_setting("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
         return False, "Measuring is switched off on this server (CALC_MEASURE_NOW=off)."
@@ -59,6 +64,9 @@ def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, st
         return False, "Measuring here is for catalogue models; run `python -m calc measure` on your own machine."
     if inputs.num_gpus != 1:
         return False, "Measuring runs one device: set GPUs to 1."
+    if inputs.device == "gpu" and not server_has_gpu():
+        return False, ("This server has no GPU: set Kernels to CPU to measure the step on its CPU "
+                       "(the estimate beside it then counts the CPU's kernels too).")
     if inputs.batch_size > MAX_BATCH or inputs.image_size > MAX_IMAGE or profile.total_params > MAX_PARAMS:
         return False, (f"Measuring here is limited to batch ≤ {MAX_BATCH}, image ≤ {MAX_IMAGE}px and models of "
                        f"≤ {MAX_PARAMS:,} parameters, so that one request cannot hold the server.")
@@ -66,7 +74,8 @@ def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, st
 
 
 def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
-    label = f"{inputs.model} {inputs.image_size}px b{inputs.batch_size} {inputs.optimizer} {inputs.precision}"
+    label = (f"{inputs.model} {inputs.image_size}px b{inputs.batch_size} {inputs.optimizer} {inputs.precision} "
+             f"on {inputs.device}")
     if not _one_at_a_time.acquire(blocking=False):
         return MeasureResult(label, error="Another measurement is running on this server; try again in a minute.")
     try:

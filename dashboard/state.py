@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
-from calc.types import Optimizer, Precision, TrainMode
+from calc.types import Device, Optimizer, Precision, TrainMode
 
 MAX_BATCH = 65536
 MAX_QUERY_VALUE_CHARS = 64
@@ -30,6 +30,7 @@ class Inputs:
     ema: bool = False  # use_ema, any optimizer
     grad_accum: int = 1  # gradient_accumulation_steps
     precision: str = "float32"
+    device: str = "gpu"  # whose kernels run the step (calc.types.Device)
     train_mode: str = "all"
     last_n: int = 10
     gpu: str = "t4"
@@ -45,6 +46,7 @@ class Inputs:
 DEFAULTS = Inputs()
 OPTIMIZERS = [o.value for o in Optimizer]
 PRECISIONS = [p.value for p in Precision]
+DEVICES = [d.value for d in Device]
 TRAIN_MODES = [m.value for m in TrainMode]
 GPUS = [*GPU_PRESETS, "custom"]
 UNITS = ["GiB", "GB"]
@@ -81,6 +83,7 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         "ema": lambda t: _bool("ema", t),
         "grad_accum": lambda t: _int("grad_accum", t, 1, 1024),
         "precision": lambda t: _choice("precision", t, PRECISIONS),
+        "device": lambda t: _choice("device", t, DEVICES),
         "train_mode": lambda t: _choice("train_mode", t, TRAIN_MODES),
         "last_n": lambda t: _int("last_n", t, 1, 10000),
         "gpu": lambda t: _choice("gpu", t, GPUS),

@@ -34,6 +34,7 @@ def config_of(inputs: Inputs) -> TrainingConfig:
         train_mode=inputs.train_mode,
         last_n_layers=inputs.last_n if inputs.train_mode == "last_n" else 0,
         num_gpus=inputs.num_gpus,
+        device=inputs.device,
     )
 
 

@@ -8,6 +8,7 @@ from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
 from calc.optimizers import applicable_options
 from dashboard.state import (
+    DEVICES,
     FIELD_NAMES,
     GPUS,
     MAX_BATCH,
@@ -22,6 +23,7 @@ from dashboard.state import (
 )
 
 SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "sigmoid", "tanh", "hard_silu"]
+DEVICE_LABELS = {"gpu": "GPU", "cpu": "CPU"}
 MODE_LABELS = {"all": "everything", "frozen_backbone": "frozen backbone + new head", "last_n": "last N layers"}
 
 
@@ -66,6 +68,10 @@ def sidebar_inputs() -> Inputs:
     sb.number_input("Gradient accumulation steps", min_value=1, max_value=1024, key="grad_accum",
                     help="Keras 3 gradient_accumulation_steps: an accumulator per parameter")
     sb.selectbox("Precision", PRECISIONS, key="precision")
+    sb.radio("Kernels", DEVICES, format_func=DEVICE_LABELS.get, horizontal=True, key="device",
+             help="GPU: cuDNN and cuBLAS (measured on an H100). CPU: TensorFlow's CPU kernels, where the "
+                  "validation set was measured; under mixed_float16 and for grouped convolutions they hold "
+                  "buffers a GPU does not")
     sb.selectbox("What is trained", TRAIN_MODES, format_func=MODE_LABELS.get, key="train_mode")
     if st.session_state["train_mode"] == "last_n":
         sb.number_input("N (last layers trained)", min_value=1, max_value=10000, key="last_n")

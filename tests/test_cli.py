@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ def run(*args):
 @pytest.mark.parametrize(
     "args, needle",
     [
+        (["estimate", "--model", "ResNet50", "--device", "tpu"], "invalid choice: 'tpu'"),
         (["estimate", "--model", "ResNet50", "--batch-size", "0"], "positive integer"),
         (["estimate", "--model", "ResNet50", "--batch-size", "-4"], "positive integer"),
         (["estimate", "--model", "ResNet50", "--batch-size", "2.5"], "positive integer"),
@@ -93,6 +95,9 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     buffer = caveats(*small, "--precision", "mixed_float16")
     assert list(buffer) == ["float16_buffer"] and 16 * 2**20 < buffer["float16_buffer"] <= 40 * 2**20
     assert caveats(*small, "--precision", "mixed_bfloat16") == {}
+    # On a GPU neither exists: cuDNN computes float16 and runs grouped convs itself.
+    assert "float16_buffer" not in caveats(*small, "--precision", "mixed_float16", "--device", "gpu")
+    assert caveats("--model", "ConvNeXtTiny", "--image-size", "128", "--device", "gpu") == {}
     assert main(["estimate", "--model", "VGG16", "--batch-size", "8"]) == 0
     note = next(line for line in capsys.readouterr().out.splitlines() if "note:" in line)
     assert "note: one variable holds 0.383 GiB" in note
@@ -203,3 +208,11 @@ def test_validate_prints_the_record_of_each_caveat_kind(tmp_path, capsys):
     assert main(["validate", "--data", str(path)]) == 0
     text = capsys.readouterr().out
     assert "  large_variable          1 cases:" in text and "covers every run" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has a GPU")
+def test_measure_on_gpu_kernels_says_when_the_machine_has_no_gpu():
+    r = run("measure", "--model", "MobileNetV3Small", "--image-size", "32", "--batch-size", "1",
+            "--optimizer", "sgd", "--repeats", "1", "--device", "gpu")
+    assert r.returncode == 2 and "TensorFlow sees no GPU on this machine" in r.stderr

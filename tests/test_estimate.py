@@ -1,5 +1,7 @@
 """Pure tests of the estimate on hand-built profiles: invariants and formulas."""
 
+from dataclasses import replace
+
 import pytest
 
 from calc.estimate import (
@@ -8,6 +10,7 @@ from calc.estimate import (
     UNTRACKED_BELOW,
     counted_bytes,
     estimate_memory,
+    float16_kernel_bytes,
     largest_fixed_request_bytes,
     max_batch_size,
     memory_curve,
@@ -341,6 +344,23 @@ def test_the_largest_batch_independent_request_is_xlas_dense_filter_gradient():
     assert largest_fixed_request_bytes(_grouped_conv_profile(False, 768), full) == 0
     last_one = TrainingConfig(batch_size=4, optimizer="adam", train_mode="last_n", last_n_layers=1)
     assert largest_fixed_request_bytes(_grouped_conv_profile(True, 768), last_one) == 0
+
+
+def test_a_gpu_has_neither_xlas_cpu_filter_nor_the_float16_cpu_kernels_buffers():
+    # XLA's GPU backend hands grouped convs to cuDNN, and cuDNN/cuBLAS compute float16
+    # themselves (measured on an H100: calc/data/gpu_tf_h100.json).
+    profile = _grouped_conv_profile(True, 512)
+    cpu, gpu = (TrainingConfig(batch_size=1, optimizer="sgd", device=d) for d in ("cpu", "gpu"))
+    dense_filter = 4 * 49 * 512 * 512
+    assert estimate_memory(profile, cpu).backward_transient_bytes >= 2 * dense_filter
+    assert estimate_memory(profile, gpu).backward_transient_bytes < dense_filter
+    assert largest_fixed_request_bytes(profile, gpu) == 0
+    half_cpu, half_gpu = (replace(c, precision="mixed_float16") for c in (cpu, gpu))
+    head_kernel = 36 * 512 * 10
+    forward, _ = float16_kernel_bytes(profile, half_cpu)["head"]  # MatMul's float32 copy of the kernel, at least
+    assert forward >= 4 * head_kernel
+    assert float16_kernel_bytes(profile, half_gpu) == {}
+    assert estimate_memory(profile, half_gpu).peak_bytes < estimate_memory(profile, half_cpu).peak_bytes
 
 
 def _twin_relu_profile(twins: bool) -> ModelProfile:

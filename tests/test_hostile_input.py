@@ -9,6 +9,7 @@ import os
 import tempfile
 import time
 import zipfile
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +20,7 @@ from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, make_spec
 from calc.gpus import lookup_gpu
 from calc.types import MAX_BATCH_SIZE, Optimizer, Precision, TrainingConfig, TrainMode
 from calc.uploads import MAX_UPLOAD_BYTES, check_upload, custom_classes, profile_upload
-from dashboard.state import DEFAULTS, FIELD_NAMES, GPUS, MAX_BATCH, OPTIMIZERS, PRECISIONS, UNITS, parse_query
+from dashboard.state import DEFAULTS, DEVICES, FIELD_NAMES, GPUS, MAX_BATCH, OPTIMIZERS, PRECISIONS, UNITS, parse_query
 
 HOSTILE_TEXT = ["", " ", "0", "-1", "1e309", "nan", "inf", "-inf", "0x20", "2.5", "1_000_000", "３２", "\x00",
                 "<script>alert(1)</script>", "' OR 1=1 --", "${jndi:ldap://x}", "../../etc/passwd", "9" * 5000,
@@ -97,7 +98,8 @@ def test_absurd_weights_are_refused_at_once_without_allocating(name, side):
 def _in_domain(inputs) -> bool:
     return (inputs.model in CATALOGUE and 1 <= inputs.image_size <= MAX_IMAGE_SIDE
             and 1 <= inputs.batch_size <= MAX_BATCH and inputs.optimizer in OPTIMIZERS
-            and inputs.precision in PRECISIONS and inputs.gpu in GPUS and inputs.unit in UNITS
+            and inputs.precision in PRECISIONS and inputs.device in DEVICES and inputs.gpu in GPUS
+            and inputs.unit in UNITS
             and 0 <= inputs.margin <= 90 and 0.25 <= inputs.gpu_memory_gib <= 4096
             and inputs.batch_size % inputs.num_gpus == 0 and 1 <= inputs.grad_accum <= 1024
             and all(isinstance(getattr(inputs, f), bool) for f in ("momentum", "amsgrad", "centered", "ema")))
@@ -121,6 +123,12 @@ def test_any_query_string_gives_valid_inputs_and_a_warning_per_bad_value(params)
     for key in NUMERIC_FIELDS:  # a number field given no digit at all cannot pass silently
         if key in params and not any(c.isdigit() for c in str(params[key])):
             assert any(w.startswith(f"Ignored {key}=") for w in warnings)
+
+
+def test_the_kernels_come_from_the_link_and_default_to_a_gpu():
+    assert parse_query({"device": "cpu"}) == (replace(DEFAULTS, device="cpu"), [])
+    inputs, warnings = parse_query({"device": "tpu"})
+    assert inputs.device == DEFAULTS.device == "gpu" and warnings == ["Ignored device='tpu' from the link: using 'gpu'."]
 
 
 def test_a_flood_of_parameters_is_cheap():

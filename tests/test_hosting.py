@@ -193,7 +193,7 @@ def test_the_dashboard_server_never_imports_tensorflow():
 def _inputs(**kw):
     from dashboard.state import Inputs
 
-    return Inputs(**{"model": "MobileNetV2", "image_size": 96, "batch_size": 16, **kw})
+    return Inputs(**{"model": "MobileNetV2", "image_size": 96, "batch_size": 16, "device": "cpu", **kw})
 
 
 @pytest.fixture
@@ -219,6 +219,19 @@ def test_measure_now_refuses_what_could_hold_the_server(small_profile, monkeypat
     monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
     allowed, why = measure_now.measure_now_allowed(small_profile, _inputs(**inputs))
     assert not allowed and reason in why
+
+
+@pytest.mark.parametrize("has_gpu", [False, True])
+def test_measure_now_measures_gpu_kernels_only_on_a_server_with_a_gpu(small_profile, monkeypatch, has_gpu):
+    from dashboard import measure_now
+
+    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
+    monkeypatch.setattr("streamlit.secrets", {})
+    monkeypatch.setattr(measure_now, "server_has_gpu", lambda: has_gpu)
+    allowed, why = measure_now.measure_now_allowed(small_profile, _inputs(device="gpu"))
+    assert allowed == has_gpu
+    assert has_gpu or "set Kernels to CPU" in why
+    assert measure_now.measure_now_allowed(small_profile, _inputs(device="cpu")) == (True, "")
 
 
 @pytest.mark.parametrize("where", ["environment", "secret"])

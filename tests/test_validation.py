@@ -6,8 +6,8 @@ import pytest
 
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
-from calc.validation import (CPU_DATA, CPU_REPORT, GPU_XLA_DATA, GPU_XLA_REPORT, NO_CAVEAT, VALIDATION_CASES,
-                             CaveatRecord, ValidationRow, caveat_record, caveat_records, load_measurements,
+from calc.validation import (CPU_DATA, CPU_REPORT, GPU_JAX_DATA, GPU_JAX_REPORT, GPU_TF_DATA, GPU_TF_XLA_DATA,
+                             NO_CAVEAT, VALIDATION_CASES, CaveatRecord, ValidationRow, caveat_record, caveat_records, load_measurements,
                              load_report, record_sentence, report_path, save_report, summarize, validate)
 
 DATA = load_measurements(CPU_DATA)
@@ -39,7 +39,8 @@ def test_coverage_of_the_set():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data", [CPU_DATA, GPU_XLA_DATA], ids=["cpu", "gpu_xla"])
+@pytest.mark.parametrize("data", [CPU_DATA, GPU_TF_DATA, GPU_TF_XLA_DATA, GPU_JAX_DATA],
+                         ids=["cpu", "gpu_tf", "gpu_tf_xla", "gpu_jax"])
 def test_committed_report_matches_the_engine(data):
     """`python -m calc validate [--data ...] --save` was run after the last engine change."""
     rows = validate(data)
@@ -53,12 +54,12 @@ def test_committed_report_matches_the_engine(data):
 
 def test_each_data_file_has_its_own_report():
     assert report_path(CPU_DATA) == CPU_REPORT
-    assert GPU_XLA_REPORT.name == "gpu_jax_h100_noautotune_report.json"
-    assert GPU_XLA_REPORT.parent == GPU_XLA_DATA.parent
+    assert GPU_JAX_REPORT.name == "gpu_jax_h100_noautotune_report.json"
+    assert GPU_JAX_REPORT.parent == GPU_JAX_DATA.parent
 
 
 def test_the_gpu_slice_has_one_run_per_case_and_skips_failed_runs(tmp_path):
-    data = load_measurements(GPU_XLA_DATA)
+    data = load_measurements(GPU_JAX_DATA)
     broken = dict(data, cases=[*data["cases"][:2], {"case": "failed", "error": "out of memory"}])
     path = tmp_path / "slice.json"
     path.write_text(json.dumps(broken))
