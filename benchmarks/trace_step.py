@@ -36,6 +36,7 @@ import os
 import re
 import sys
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -205,6 +206,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("substring")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="whose kernels run the step (gpu: on a GPU machine, benchmarks/gpu_tf)")
     parser.add_argument("--save")
     parser.add_argument("--layers", action="store_true", help="also list the layers that differ most")
     parser.add_argument("--table", nargs="+", metavar="SUBSTRING",
@@ -221,6 +224,7 @@ def main() -> None:
         table([args.substring, *args.table])
         return
     spec, config = find_case(args.substring)
+    config = replace(config, device=args.device)
     result = measure_once(spec, config, trace=True)
     events = result["allocations"]
     if args.save:
