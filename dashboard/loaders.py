@@ -82,6 +82,13 @@ def load_gpu_slices() -> tuple[dict, dict]:
     return load_report(GPU_TF_REPORT), load_report(GPU_TF_XLA_REPORT)
 
 
+def slice_line(summary: dict, what: str) -> str:
+    """One line on a GPU slice's report: how far the estimate was from what was measured."""
+    return (f"{what}: {summary['cases']} steps, median error {summary['median_abs_error']:.1%}, worst "
+            f"{summary['max_abs_error']:.1%}; under-predicted in {summary['under_predicted']}, at worst by "
+            f"{-summary['worst_under_prediction']:.1%}.")
+
+
 def xla_line() -> str:
     """What the estimate models, and how far measured GPU steps were from it, with and without XLA."""
     head = ("This predicts the step on TensorFlow's graph executor, `model.compile(..., jit_compile=False)`. "

@@ -2,7 +2,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line, load_validation, noise_line
+from dashboard.loaders import accuracy_line, load_gpu_slices, load_validation, noise_line, slice_line
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
@@ -34,10 +34,24 @@ st.dataframe(pd.DataFrame(views.caveat_rows(report)), hide_index=True,
              column_config={"lowest error": percent, "highest error": percent,
                             "margin that covered every run": percent})
 
+st.subheader("On a GPU: TensorFlow on an H100")
+st.caption("Validation cases measured with TensorFlow 2.21 on an NVIDIA H100 by the same protocol "
+           "(benchmarks/measure_gpu_tf.py), estimated with GPU kernels; not part of the set above.")
+try:
+    slices = load_gpu_slices()
+except (OSError, ValueError) as exc:
+    st.error(f"The GPU reports could not be read: {exc}")
+    slices = ()
+for what, gpu_report in zip(("Graph executor, jit_compile=False (the step predicted)",
+                             "XLA, jit_compile=True (Keras 3's default on a GPU)"), slices):
+    st.markdown(slice_line(gpu_report["summary"], what))
+    st.dataframe(pd.DataFrame(gpu_report["cases"])[["case", "measured_bytes", "predicted_bytes", "relative_error"]],
+                 hide_index=True, column_config={"relative_error": percent})
+
 st.subheader("Measure this configuration now")
 allowed, why = measure_now_allowed(profile, inputs)
-st.caption("Runs two real training steps with TensorFlow on this server's CPU (one thread, "
-           "MEMORY_FACTS.md protocol) in a separate process, one measurement at a time, with a time limit.")
+st.caption("Runs real training steps with TensorFlow on this server (its CPU, or its GPU for GPU kernels; one "
+           "thread, MEMORY_FACTS.md protocol) in a separate process, one measurement at a time, with a time limit.")
 if not allowed:
     st.info(why)
 elif st.button("Measure now", key="measure_now"):

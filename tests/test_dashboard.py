@@ -161,6 +161,21 @@ def test_validation_page_groups_the_cases_by_what_makes_their_runs_differ():
     assert plain["cases"] == sum(not c["caveats"] for c in by_cases.values())
 
 
+def test_validation_page_shows_the_gpu_slices_with_and_without_xla():
+    from calc.validation import GPU_TF_REPORT, GPU_TF_XLA_REPORT, load_report
+
+    at = app(page="pages/validation.py")
+    tables = [d.value for d in at.dataframe if list(d.value.columns)[:2] == ["case", "measured_bytes"]]
+    lines = [m.value for m in at.markdown]
+    for path, what in ((GPU_TF_REPORT, "Graph executor"), (GPU_TF_XLA_REPORT, "XLA")):
+        report = load_report(path)
+        s = report["summary"]
+        assert any(line.startswith(what) and f"{s['cases']} steps, median error {s['median_abs_error']:.1%}" in line
+                   for line in lines)
+        assert any(list(t["case"]) == [c["case"] for c in report["cases"]]
+                   and list(t["relative_error"]) == [c["relative_error"] for c in report["cases"]] for t in tables)
+
+
 def test_layers_table_shares_sum_to_one():
     at = app(page="pages/layers.py")
     df = at.dataframe[0].value
