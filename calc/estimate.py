@@ -299,7 +299,7 @@ def _writes_in_place(layer, inference, precision, alias, producer, last_forward_
 XLA_DEPTHWISE_FILTER_GRAD = 2.0
 
 
-def _grouped_depthwise_scratch(layer, profile: ModelProfile, device: Device = Device.CPU) -> int:
+def _grouped_depthwise_scratch(layer, profile: ModelProfile, device: Device) -> int:
     """Bytes of XLA's dense filter gradient for a Conv2D with one input channel per group.
 
     Keras compiles grouped convolutions with XLA on every device; XLA's GPU backend hands
