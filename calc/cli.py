@@ -186,19 +186,27 @@ CAVEAT_LINES = {
 }
 
 
-def _caveat_notes(caveats: dict[str, int]) -> list[str]:
-    """One note per caveat kind, each followed by its measured record when the report has one."""
-    from calc.validation import CAVEAT_STEPS, caveat_record, load_report, record_sentence
+def _caveat_notes(caveats: dict[str, int], device: Device = Device.CPU) -> list[str]:
+    """One note per caveat kind, each followed by its measured record when the report has one
+    (for GPU kernels, the H100 slice's record too)."""
+    from calc.validation import CAVEAT_STEPS, GPU_TF_REPORT, caveat_record, load_report, record_sentence
 
-    try:
-        report = load_report() if caveats else {}
-    except (OSError, ValueError):
-        report = {}
+    def report_or_nothing(*path):
+        try:
+            return load_report(*path)
+        except (OSError, ValueError):
+            return {}
+
+    report = report_or_nothing() if caveats else {}
+    gpu_report = report_or_nothing(GPU_TF_REPORT) if caveats and device is Device.GPU else {}
     notes = []
     for kind, nbytes in caveats.items():
         note = CAVEAT_LINES[kind].format(gib=nbytes / GIB)
-        record = caveat_record(report, kind)
-        notes.append(note if record is None else f"{note}; {record_sentence(record, CAVEAT_STEPS[kind])}")
+        if (record := caveat_record(report, kind)) is not None:
+            note += f"; {record_sentence(record, CAVEAT_STEPS[kind])}"
+        if (gpu := caveat_record(gpu_report, kind)) is not None:
+            note += f"; with TensorFlow on an H100, {record_sentence(gpu, CAVEAT_STEPS[kind])}"
+        notes.append(note)
     return notes
 
 
@@ -235,7 +243,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: {verdict} "
                      f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
                      f"largest batch that fits: {fit.max_batch}")
-    lines += [f"  note: {note}" for note in _caveat_notes(out["caveats"])]
+    lines += [f"  note: {note}" for note in _caveat_notes(out["caveats"], config.device)]
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
     _print(out, args.json, lines)

@@ -49,13 +49,14 @@ def accuracy_line() -> str:
             f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")
 
 
-def caveat_records() -> dict[str, CaveatRecord]:
-    """The measured record of the validation cases of each ``calc.estimate.spread_caveats`` kind
-    ({} when the report is unavailable or has none)."""
+def caveat_records(device: str = "cpu") -> dict[str, CaveatRecord]:
+    """The measured record of the validation cases of each ``calc.estimate.spread_caveats`` kind:
+    the CPU set, or for ``device="gpu"`` the H100 slice without XLA ({} when the report is
+    unavailable or has none)."""
     from calc.validation import caveat_record
 
     try:
-        report = load_validation()
+        report = load_validation() if device == "cpu" else load_gpu_slices()[0]
     except (ValueError, OSError):
         return {}
     return {kind: record for kind in CAVEAT_STEPS if (record := caveat_record(report, kind)) is not None}

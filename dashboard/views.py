@@ -346,11 +346,13 @@ CAVEAT_NOTES = {
 }
 
 
-def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRecord]) -> list[str]:
+def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRecord],
+                 gpu_records: dict[str, CaveatRecord] | None = None) -> list[str]:
     """The warnings for this step's caveats, each with the measured record of its kind.
 
     ``records``: kind -> record of the validation cases of that kind
     (``dashboard.loaders.caveat_records()``); a kind without one gets the warning alone.
+    ``gpu_records``: the same from the H100 slice, added for GPU kernels.
     """
     notes = []
     for kind, template in CAVEAT_NOTES.items():
@@ -358,5 +360,10 @@ def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRe
             continue
         text = template.format(size=fmt(view.caveats[kind], inputs))
         record = records.get(kind)
-        notes.append(f"{text}." if record is None else f"{text}: {record_sentence(record, CAVEAT_STEPS[kind])}.")
+        if record is not None:
+            text += f": {record_sentence(record, CAVEAT_STEPS[kind])}"
+        gpu = (gpu_records or {}).get(kind) if inputs.device == "gpu" else None
+        if gpu is not None:
+            text += f"; with TensorFlow on an H100, {record_sentence(gpu, CAVEAT_STEPS[kind])}"
+        notes.append(f"{text}.")
     return notes

@@ -26,7 +26,7 @@ c3.metric("Largest batch that fits", f"{view.max_batch:,}")
 (st.success if view.fits else st.error)(views.verdict(view, inputs))
 st.caption(accuracy_line())
 st.caption(xla_line())
-for note in views.caveat_notes(view, inputs, caveat_records()):
+for note in views.caveat_notes(view, inputs, caveat_records(), caveat_records("gpu")):
     st.warning(note)
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))

@@ -210,6 +210,18 @@ def test_validate_prints_the_record_of_each_caveat_kind(tmp_path, capsys):
     assert "  large_variable          1 cases:" in text and "covers every run" in text
 
 
+def test_gpu_kernels_add_the_h100_record_to_a_note(capsys):
+    from calc.validation import GPU_TF_REPORT, caveat_record, load_report, record_sentence
+
+    gpu = record_sentence(caveat_record(load_report(GPU_TF_REPORT), "inference_layout"), "frozen or last-N steps")
+    frozen = ["estimate", "--model", "MobileNetV2", "--frozen-backbone", "--batch-size", "16"]
+    assert main([*frozen, "--device", "gpu"]) == 0
+    assert f"; with TensorFlow on an H100, {gpu}" in capsys.readouterr().out
+    assert main(frozen) == 0
+    out = capsys.readouterr().out
+    assert "note: part of the model runs in inference" in out and "H100" not in out
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has a GPU")
 def test_measure_on_gpu_kernels_says_when_the_machine_has_no_gpu():

@@ -437,6 +437,17 @@ def test_small_float16_steps_warn_of_the_kernel_buffer_and_its_record():
     assert not any("float16 kernels" in w.value for w in app({**small, "precision": "mixed_float16"}).warning)
 
 
+def test_gpu_kernels_add_the_h100_record_to_a_warning():
+    from calc.validation import GPU_TF_REPORT, caveat_record, load_report, record_sentence
+
+    gpu = record_sentence(caveat_record(load_report(GPU_TF_REPORT), "inference_layout"), "frozen or last-N steps")
+    cpu = _record_text("inference_layout", "frozen or last-N steps")
+    frozen = {**SMALL, "train_mode": "frozen_backbone"}
+    assert any(cpu in w.value and f"; with TensorFlow on an H100, {gpu}." in w.value for w in app(frozen).warning)
+    on_cpu = app({**frozen, "device": "cpu"}).warning
+    assert any(cpu in w.value for w in on_cpu) and not any("on an H100" in w.value for w in on_cpu)
+
+
 def test_frozen_backbone_estimates_carry_their_measured_record():
     record = _record_text("inference_layout", "frozen or last-N steps")
     at = app({**SMALL, "train_mode": "frozen_backbone"})
