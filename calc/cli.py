@@ -189,7 +189,8 @@ CAVEAT_LINES = {
 def _caveat_notes(caveats: dict[str, int], device: Device = Device.CPU) -> list[str]:
     """One note per caveat kind, each followed by its measured record when the report has one
     (for GPU kernels, the H100 slice's record too)."""
-    from calc.validation import CAVEAT_STEPS, GPU_TF_REPORT, caveat_record, load_report, record_sentence
+    from calc.validation import (CAVEAT_STEPS, GPU_TF_REPORT, caveat_record, gpu_record_sentence, load_report,
+                                 record_sentence)
 
     def report_or_nothing(*path):
         try:
@@ -205,7 +206,7 @@ def _caveat_notes(caveats: dict[str, int], device: Device = Device.CPU) -> list[
         if (record := caveat_record(report, kind)) is not None:
             note += f"; {record_sentence(record, CAVEAT_STEPS[kind])}"
         if (gpu := caveat_record(gpu_report, kind)) is not None:
-            note += f"; with TensorFlow on an H100, {record_sentence(gpu, CAVEAT_STEPS[kind])}"
+            note += f"; {gpu_record_sentence(gpu, CAVEAT_STEPS[kind])}"
         notes.append(note)
     return notes
 

@@ -417,7 +417,7 @@ def _gradient_flow(profile: ModelProfile, trained: list[bool]) -> tuple[list[boo
 
 
 def _half_kernel_scratch(profile: ModelProfile, config: TrainingConfig, has_weights: list[bool],
-                         requires_grad: list[bool], backward: list[bool], counted) -> tuple[list, list]:
+                         requires_grad: list[bool], backward: list[bool]) -> tuple[list, list]:
     """TensorFlow's float16 CPU kernels' own temporaries (calc.kernels), per layer: (fixed bytes,
     per-sample bytes) while its forward runs, and while its gradient runs. Nothing outside
     mixed_float16, and nothing on a GPU, where cuDNN and cuBLAS compute in float16 themselves."""
@@ -432,10 +432,10 @@ def _half_kernel_scratch(profile: ModelProfile, config: TrainingConfig, has_weig
         t_in = layer.input_ids[0]
         fixed, per_sample = matmul_upcasts(layer, profile.tensor_elements[t_in],
                                            sum(profile.tensor_elements[t] for t in layer.output_ids))
-        forward[i] = (counted(fixed), per_sample)
+        forward[i] = (counted_bytes(fixed), per_sample)
         if backward[i]:
             col = im2col_buffer_bytes(layer, channels[t_in], has_weights[i], requires_grad[t_in])
-            backward_ops[i] = (counted(fixed) + counted(col), per_sample)
+            backward_ops[i] = (counted_bytes(fixed) + counted_bytes(col), per_sample)
     return forward, backward_ops
 
 
@@ -462,8 +462,7 @@ def _half_kernel_bytes(scratch: tuple[int, tuple[int, ...]], batch: int) -> int:
 def _half_kernel_plan(profile: ModelProfile, config: TrainingConfig) -> tuple[tuple, ...]:
     """``_half_kernel_scratch`` per layer name, once per configuration (every batch shares it)."""
     has_weights, requires_grad, backward = _gradient_flow(profile, _trainable_flags(profile, config)[0])
-    forward_ops, backward_ops = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward,
-                                                     counted_bytes)
+    forward_ops, backward_ops = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward)
     return tuple(zip((layer.name for layer in profile.layers), forward_ops, backward_ops))
 
 
@@ -736,8 +735,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 keepers[t] += 1
                 kept_ids[i].append(t)
 
-    half_forward, half_backward = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward,
-                                                       counted_bytes)
+    half_forward, half_backward = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward)
 
     keepers_at_start = list(keepers)
     run_order = _executor_order(layers, producer)

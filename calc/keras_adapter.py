@@ -275,7 +275,7 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
     elif config.device is Device.GPU and not gpus:
         raise RuntimeError("device gpu was asked for, but TensorFlow sees no GPU on this machine")
     device = "GPU:0" if gpus else "CPU:0"
-    device_name = "CPU"
+    described = device  # GPU:0 also names the card, as the data files' environment does
     if gpus:
         # One region of this size instead of (nearly) the whole card, as TensorFlow takes
         # by default: several measurements can then share one GPU, each allocator alike.
@@ -283,7 +283,8 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         if limit_mib:
             tf.config.set_logical_device_configuration(
                 gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=int(limit_mib))])
-        device_name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name")
+        described = f"{device} ({name})" if name else device
     keras = _keras()
     started = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -339,8 +340,7 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         "current_before_bytes": int(before),
         "current_after_bytes": int(info["current"]),
         "seconds": round(time.perf_counter() - started, 2),
-        "device": device,
-        "device_name": device_name,
+        "device": described,
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "threads": "inter_op=1 intra_op=1",

@@ -577,6 +577,11 @@ def record_sentence(record: CaveatRecord, steps: str) -> str:
             f"{record.margin_for_every_run:.0%} covers every single run")
 
 
+def gpu_record_sentence(record: CaveatRecord, steps: str) -> str:
+    """``record_sentence`` for a record of the H100 slice (``GPU_TF_REPORT``)."""
+    return f"with TensorFlow on an H100, {record_sentence(record, steps)}"
+
+
 def caveat_record(report: dict[str, Any], kind: str) -> CaveatRecord | None:
     """One kind's record from a saved report; None when the report has none for it."""
     try:

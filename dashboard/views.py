@@ -17,7 +17,8 @@ from calc.estimate import (
 )
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
-from calc.validation import CAVEAT_STEPS, NO_CAVEAT, CaveatRecord, caveat_record, record_sentence
+from calc.validation import (CAVEAT_STEPS, NO_CAVEAT, CaveatRecord, caveat_record, gpu_record_sentence,
+                             record_sentence)
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -364,6 +365,6 @@ def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRe
             text += f": {record_sentence(record, CAVEAT_STEPS[kind])}"
         gpu = (gpu_records or {}).get(kind) if inputs.device == "gpu" else None
         if gpu is not None:
-            text += f"; with TensorFlow on an H100, {record_sentence(gpu, CAVEAT_STEPS[kind])}"
+            text += f"; {gpu_record_sentence(gpu, CAVEAT_STEPS[kind])}"
         notes.append(f"{text}.")
     return notes
