@@ -7,6 +7,7 @@ each application's ``obtain_input_shape(default_size=..., min_size=...)`` call i
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # Weights this large are refused before anything is allocated: 1e9 float32
@@ -88,6 +89,27 @@ class ModelSpec:
     def key(self) -> str:
         top = "top" if self.include_top else "head"
         return f"{self.name}-{self.height}x{self.width}x{self.channels}-{top}{self.classes}"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A model the user brings: a saved ``.keras`` or ``.h5`` file, by path.
+
+    Measured as saved (``calc.keras_adapter.build_saved_model``), with every layer saved
+    under the float32 policy computing in the precision asked for, as the engine
+    estimates it. A relative path is read from the repository root (the validation set's
+    own-model files live in ``calc/data/models``).
+    """
+
+    path: str
+
+    @property
+    def key(self) -> str:
+        return os.path.basename(self.path)
+
+    def resolved(self) -> str:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return self.path if os.path.isabs(self.path) else os.path.join(root, self.path)
 
 
 def lookup(name: str) -> CatalogueEntry:

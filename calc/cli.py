@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from calc.catalogue import CATALOGUE, ModelSpec, make_spec
+from calc.catalogue import CATALOGUE, ModelFile, ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
 from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 
@@ -94,14 +94,25 @@ def _profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tr
 
         spec, config = _spec_and_config(args)
         return spec.key, get_profile(spec), config
-    given = [f"--{n.replace('_', '-')}" for n in ("model", "image_size", "height", "width", "no_top")
-             if getattr(args, n)]
-    if given:
-        raise ValueError(f"--file takes the model as saved; drop {', '.join(given)}.")
     import os
 
     from calc.uploads import profile_upload
 
+    data = _read_file(args)
+    profile = profile_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
+    return profile.name, profile, _config(args)
+
+
+def _read_file(args: argparse.Namespace) -> bytes:
+    """The bytes of --file, refused as the dashboard refuses an upload (calc.uploads.check_upload)."""
+    import os
+
+    from calc.uploads import check_upload
+
+    given = [f"--{n.replace('_', '-')}" for n in ("model", "image_size", "height", "width", "no_top")
+             if getattr(args, n)]
+    if given:
+        raise ValueError(f"--file takes the model as saved; drop {', '.join(given)}.")
     try:
         size = os.path.getsize(args.file)
         if size > LOCAL_FILE_LIMIT:
@@ -110,8 +121,8 @@ def _profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tr
             data = f.read()
     except OSError as exc:
         raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    profile = profile_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
-    return profile.name, profile, _config(args)
+    check_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
+    return data
 
 
 def _spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:
@@ -255,9 +266,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from calc.measure import measure_training_step
 
     if args.file:
-        raise ValueError("measure runs catalogue models only (--model); for your own file, time one training "
-                         "step with tf.config.experimental.get_memory_info as in ../shared/MEMORY_FACTS.md.")
-    spec, config = _spec_and_config(args)
+        import os
+
+        _read_file(args)  # the checks an upload gets; the child loads it with safe mode on
+        spec, config = ModelFile(os.path.abspath(args.file)), _config(args)
+    else:
+        spec, config = _spec_and_config(args)
     if config.num_gpus != 1:
         raise ValueError("measure runs on one device; use --gpus 1 (and the per-device batch).")
     m = measure_training_step(spec, config, repeats=args.repeats, timeout_s=args.timeout, xla=args.xla)

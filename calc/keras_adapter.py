@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from calc.catalogue import ModelSpec
+from calc.catalogue import ModelFile, ModelSpec
 from calc.rules import is_known_layer_type
 from calc.types import Device, LayerStats, ModelProfile, Optimizer, TrainingConfig, TrainMode
 
@@ -176,13 +176,18 @@ def profile_model(model: Any, name: str | None = None, backbone: Any = None) -> 
     )
 
 
-def build_model(spec: ModelSpec, precision: str = "float32", train_mode: TrainMode = TrainMode.ALL) -> tuple[Any, Any]:
+def build_model(spec: ModelSpec | ModelFile, precision: str = "float32",
+                train_mode: TrainMode = TrainMode.ALL) -> tuple[Any, Any]:
     """Builds a catalogue model with ``weights=None``. Returns ``(model, backbone or None)``.
+
+    A ``ModelFile`` is loaded instead (``build_saved_model``).
 
     ``include_top=False`` gives the Keras transfer-learning recipe: the application
     without its top, global average pooling and a new softmax Dense head; with a frozen
     backbone the backbone is called with ``training=False``, as the Keras guide does.
     """
+    if isinstance(spec, ModelFile):
+        return build_saved_model(spec.resolved(), precision)
     keras = _keras()
     keras.config.set_dtype_policy(precision)
     app = getattr(keras.applications, spec.name)
@@ -198,6 +203,41 @@ def build_model(spec: ModelSpec, precision: str = "float32", train_mode: TrainMo
     x = keras.layers.GlobalAveragePooling2D(name="head_pool")(x)
     outputs = keras.layers.Dense(spec.classes, activation="softmax", name="head_predictions")(x)
     return keras.Model(inputs, outputs, name=f"{spec.name}_transfer"), base
+
+
+def _load_saved(path: str) -> Any:
+    """A saved model, loaded with Keras safe mode on and without its compile state."""
+    try:
+        return _keras().saving.load_model(path, compile=False, safe_mode=True)
+    except Exception as exc:  # Keras raises many types for bad files; all mean "cannot read"
+        raise ValueError(f"Keras could not load this file safely: {type(exc).__name__}: {exc}"[:500]) from None
+
+
+def _first_nested(model: Any) -> Any:
+    return next((op for op in getattr(model, "layers", []) if _as_functional(op) is not None), None)
+
+
+def build_saved_model(path: str, precision: str = "float32") -> tuple[Any, Any]:
+    """A saved model as the engine estimates it. Returns ``(model, its first nested model or None)``.
+
+    The engine reads a file's layers under the float32 policy and applies the precision
+    asked for to all of them, as if the model had been built under that global policy.
+    Keras saves each layer's policy in the file, so under mixed precision the model is
+    cloned with every layer saved as ``float32`` recreated under ``precision`` (fresh
+    weights: their values do not change the step's memory).
+    """
+    keras = _keras()
+    keras.config.set_dtype_policy(precision)
+    model = _load_saved(path)
+    if precision != "float32":
+        def recast(layer: Any) -> Any:
+            config = layer.get_config()
+            if getattr(layer, "dtype_policy", None) is not None and layer.dtype_policy.name == "float32":
+                config["dtype"] = precision
+            return layer.__class__.from_config(config)
+
+        model = keras.models.clone_model(model, clone_function=recast, recursive=True)
+    return model, _first_nested(model)
 
 
 def profile_catalogue_model(spec: ModelSpec) -> ModelProfile:
@@ -245,7 +285,7 @@ def _optimizer(config: TrainingConfig) -> Any:
 MAX_WARMUP_STEPS = 30  # the loss scale halves per overflowing step: 2^15 -> 1 in 15
 
 
-def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = False,
+def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla: bool = False,
                        trace: bool | str = False) -> dict[str, Any]:
     """Runs the measurement protocol of MEMORY_FACTS.md in this process.
 
@@ -293,7 +333,8 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         model, backbone = build_model(spec, config.precision.value, config.train_mode)
         if config.train_mode is TrainMode.FROZEN_BACKBONE:
             if backbone is None:
-                raise ValueError("A frozen backbone needs include_top=False (the transfer-learning head).")
+                raise ValueError("A frozen backbone needs one: include_top=False for a catalogue model (the "
+                                 "transfer-learning head), a nested model in a saved file.")
             backbone.trainable = False
         elif config.train_mode is TrainMode.LAST_N:
             ops = [op for op, _ in _walk(model, backbone)[0]]
@@ -302,8 +343,11 @@ def measure_in_process(spec: ModelSpec, config: TrainingConfig, xla: bool = Fals
         model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy", jit_compile=xla)
         batch = config.per_replica_batch
         rng = np.random.default_rng(0)
-        x = rng.random((batch, *spec.input_shape), dtype=np.float32)
-        y = rng.integers(0, spec.classes, size=(batch,))
+        # Sparse integer labels, one per output position (a segmentation map has one per pixel),
+        # as the engine's ledger counts them (``ModelProfile.label_elements``).
+        out_shape = tuple(int(d) for d in model.outputs[0].shape[1:])
+        x = rng.random((batch, *(int(d) for d in model.inputs[0].shape[1:])), dtype=np.float32)
+        y = rng.integers(0, out_shape[-1] if out_shape else 1, size=(batch, *out_shape[:-1]))
         # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
         # at 2^15 and halves on every step with non-finite gradients, skipping the update:
         # with a 1000-class head the first steps all overflow (benchmarks/probe_loss_scale.py).
@@ -414,13 +458,9 @@ def profile_model_file(path: str) -> ModelProfile:
     file cannot run code while it loads. The model is dropped before returning.
     """
     keras = _keras()
+    model = _load_saved(path)
     try:
-        model = keras.saving.load_model(path, compile=False, safe_mode=True)
-    except Exception as exc:  # Keras raises many types for bad files; all mean "cannot read"
-        raise ValueError(f"Keras could not load this file safely: {type(exc).__name__}: {exc}"[:500]) from None
-    try:
-        backbone = next((op for op in getattr(model, "layers", []) if _as_functional(op) is not None), None)
-        return profile_model(model, name=os.path.basename(path), backbone=backbone)
+        return profile_model(model, name=os.path.basename(path), backbone=_first_nested(model))
     finally:
         del model
         keras.backend.clear_session()

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from calc.catalogue import ModelSpec
+from calc.catalogue import ModelFile, ModelSpec
 from calc.types import LayerStats, ModelProfile
 
 PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
@@ -104,14 +104,19 @@ def _read_shipped(spec: ModelSpec) -> ModelProfile | None:
         return None
 
 
-def get_profile(spec: ModelSpec) -> ModelProfile:
+def get_profile(spec: ModelSpec | ModelFile) -> ModelProfile:
     """The profile of a catalogue model: memory, shipped, disk cache, then one build.
+
+    A ``ModelFile`` is read as an upload is (``calc.uploads.profile_upload``: checked,
+    then loaded with safe mode on in a subprocess), cached by its content.
 
     Single flight: callers asking for the same model at the same time wait for one
     build (a lock per model), whether or not the disk cache can be written; builds of
     different models run one at a time. At most ``MEMORY_ENTRIES`` profiles are kept
     in memory, least recently used dropped first.
     """
+    if isinstance(spec, ModelFile):
+        return _file_profile(spec)
     key = spec.key
     with _memory_guard:
         if key in _memory:
@@ -131,6 +136,39 @@ def get_profile(spec: ModelSpec) -> ModelProfile:
     return profile
 
 
+def _file_profile(spec: ModelFile) -> ModelProfile:
+    import hashlib
+
+    from calc.uploads import profile_upload
+
+    with open(spec.resolved(), "rb") as f:
+        data = f.read()
+    key = f"file-{hashlib.sha256(data).hexdigest()[:20]}-{spec.key}"
+    with _memory_guard:
+        if key in _memory:
+            return _memory[key]
+    path = cache_dir() / f"{key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
+    profile = _read_cached(path)
+    if profile is None:
+        profile = profile_upload(data, spec.key, max_bytes=len(data) + 1)
+        _write_cached(path, profile)
+    with _memory_guard:
+        _memory[key] = profile
+        while len(_memory) > MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+    return profile
+
+
+def _write_cached(path: Path, profile: ModelProfile) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(profile_to_dict(profile)))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home still works, just without the disk cache
+
+
 def _read_or_build(spec: ModelSpec) -> ModelProfile:
     path = cache_dir() / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
     cached = _read_cached(path)
@@ -139,13 +177,7 @@ def _read_or_build(spec: ModelSpec) -> ModelProfile:
     with _build_lock:
         profile = build_profile(spec)
         BUILDS[spec.key] += 1
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(profile_to_dict(profile)))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home still works, just without the disk cache
+    _write_cached(path, profile)
     return profile
 
 

@@ -1,4 +1,4 @@
-"""Plain-dict (JSON) forms of ``ModelSpec`` and ``TrainingConfig``.
+"""Plain-dict (JSON) forms of ``ModelSpec`` (or ``ModelFile``) and ``TrainingConfig``.
 
 Used by the measurement subprocess, the validation data and the command line, so that
 one dictionary describes one case everywhere.
@@ -9,15 +9,17 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from calc.catalogue import ModelSpec, make_spec
+from calc.catalogue import ModelFile, ModelSpec, make_spec
 from calc.types import OptimizerOptions, TrainingConfig
 
 
-def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
-    return asdict(spec)
+def spec_to_dict(spec: ModelSpec | ModelFile) -> dict[str, Any]:
+    return {"file": spec.path} if isinstance(spec, ModelFile) else asdict(spec)
 
 
-def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
+def spec_from_dict(data: dict[str, Any]) -> ModelSpec | ModelFile:
+    if "file" in data:
+        return ModelFile(str(data["file"]))
     return make_spec(
         data["name"],
         height=data["height"],

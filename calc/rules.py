@@ -139,6 +139,12 @@ LAYER_RULES: dict[str, BackwardRule] = {
     "Concatenate": NOTHING,
     # Multiply's gradient reads both inputs (dA = dY * B, dB = dY * A).
     "Multiply": KEEPS_INPUT,
+    # Keras 3's UpSampling2D (nearest, its default) is ops.repeat along height, then width:
+    # tf.repeat tiles an expanded copy, so the height-repeated map (half the output) lives
+    # while the second repeat runs; TileGrad sums the gradient back in the same two steps
+    # (half an output = two inputs) and reads no forward tensor. Bilinear and the other
+    # modes (tf.image.resize, whose gradient reads the input) are not told apart here.
+    "UpSampling2D": BackwardRule(forward_scratch=0.5, backward_scratch=2.0),
     "ZeroPadding2D": NOTHING,
     "Cropping2D": NOTHING,
     "Flatten": VIEW,

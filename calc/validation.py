@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from calc.catalogue import ModelSpec, make_spec
+from calc.catalogue import ModelFile, ModelSpec, make_spec
 from calc.requests import config_from_dict, config_to_dict, spec_from_dict, spec_to_dict
 from calc.types import Device, OptimizerOptions, TrainingConfig
 
@@ -26,6 +26,9 @@ CPU_DATA = DATA_DIR / "validation_cpu.json"
 # TensorFlow on an H100: its graph executor (jit_compile=False), and XLA (Keras 3's default there).
 GPU_TF_DATA = DATA_DIR / "gpu_tf_h100.json"
 GPU_TF_XLA_DATA = DATA_DIR / "gpu_tf_h100_xla.json"
+# Models users build themselves, saved as files (benchmarks/custom_models.py writes them).
+CUSTOM_DATA = DATA_DIR / "validation_custom_cpu.json"
+MODEL_FILES_DIR = "calc/data/models"
 # The GPU slice under Keras' JAX backend (XLA compiles every step there), without XLA's
 # autotuner, whose compile-time workspaces would otherwise be the process peak.
 GPU_JAX_DATA = DATA_DIR / "gpu_jax_h100_noautotune.json"
@@ -388,7 +391,40 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
 )
 
 
-def case_id(spec: ModelSpec, config: TrainingConfig) -> str:
+def _file_case(name, batch, optimizer, precision="float32", mode="all", last_n=0, accum=1, **options):
+    """One own-model case: a file in ``MODEL_FILES_DIR``, trained as saved."""
+    config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision, train_mode=mode,
+                            last_n_layers=last_n, gradient_accumulation_steps=accum,
+                            optimizer_options=OptimizerOptions(**options))
+    return ModelFile(f"{MODEL_FILES_DIR}/{name}.keras"), config
+
+
+# Own models (stop 15): five architectures that are not Keras applications, each with the
+# layers people combine themselves (UpSampling2D, Conv2DTranspose, PReLU, Conv1D, GELU
+# with LayerNormalization, a large Flatten -> Dense head on a 50x180x1 input). Chosen and
+# predicted before any was measured (the predictions are in the message of the commit
+# that added them).
+CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
+    _file_case("plain_cnn", 32, "adam"),
+    _file_case("plain_cnn", 128, "sgd", momentum=True),
+    _file_case("plain_cnn", 16, "rmsprop", precision="mixed_float16"),
+    _file_case("unet_small", 8, "adam"),
+    _file_case("unet_small", 16, "sgd", precision="mixed_bfloat16"),
+    _file_case("unet_small", 4, "adamw", precision="mixed_float16"),
+    _file_case("unet_small", 8, "adam", accum=2),
+    _file_case("residual_sep", 32, "nadam"),
+    _file_case("residual_sep", 64, "adagrad", precision="mixed_bfloat16"),
+    _file_case("residual_sep", 64, "lion", mode="last_n", last_n=10),
+    _file_case("convmixer", 32, "adam"),
+    _file_case("convmixer", 8, "adafactor", precision="mixed_float16"),
+    _file_case("convmixer", 64, "sgd"),
+    _file_case("conv1d_audio", 64, "adam"),
+    _file_case("conv1d_audio", 16, "ftrl", precision="mixed_bfloat16"),
+    _file_case("conv1d_audio", 128, "adamax", mode="last_n", last_n=6),
+)
+
+
+def case_id(spec: ModelSpec | ModelFile, config: TrainingConfig) -> str:
     opts = config.optimizer_options
     flags = [f for f in ("momentum", "amsgrad", "centered", "use_ema") if getattr(opts, f)]
     parts = [spec.key, f"b{config.batch_size}", config.optimizer.value, *flags, config.precision.value]
