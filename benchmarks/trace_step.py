@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from calc.estimate import OPT, W, _raw_bytes, _simulate, estimate_memory, plan_step  # noqa: E402
 from calc.measure import measure_once  # noqa: E402
 from calc.profiles import get_profile  # noqa: E402
-from calc.validation import VALIDATION_CASES, case_id  # noqa: E402
+from calc.validation import CUSTOM_CASES, VALIDATION_CASES, case_id  # noqa: E402
 
 MIB = 2 ** 20
 
@@ -77,8 +77,8 @@ NOT_THE_MODEL = re.compile(r"^(gradient_tape|sgd|adam|adamw|nadam|adamax|rmsprop
 
 
 def find_case(substring: str):
-    """The first validation case whose id contains ``substring``."""
-    match = next(((s, c) for s, c in VALIDATION_CASES if substring in case_id(s, c)), None)
+    """The first validation case (catalogue, then own models) whose id contains ``substring``."""
+    match = next(((s, c) for s, c in (*VALIDATION_CASES, *CUSTOM_CASES) if substring in case_id(s, c)), None)
     if match is None:
         raise SystemExit(f"no validation case contains {substring!r}")
     return match
