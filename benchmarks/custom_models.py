@@ -3,11 +3,13 @@
     python benchmarks/custom_models.py [--out calc/data/models]
 
 Users bring their own models as ``.keras`` files; the catalogue cases never exercise
-that path. These five are the kinds people build themselves: a plain CNN with a large
+that path. These are the kinds people build themselves: a plain CNN with a large
 Flatten -> Dense head on a non-square one-channel input (seed 002's shape, 50x180x1),
 a small U-Net (Conv2DTranspose, UpSampling2D, Concatenate, per-pixel softmax), a
 residual network with SeparableConv2D and PReLU, a ConvMixer (DepthwiseConv2D, GELU,
-LayerNormalization) and a 1-D convolutional network on a waveform.
+LayerNormalization), a 1-D convolutional network on a waveform (the first five, stop
+15's first own-model slice); then Conv(relu) -> BatchNormalization blocks, an
+Inception-like fan-out, and a multilayer perceptron (the second).
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so each file stays a few KiB. The files are data for
@@ -124,8 +126,56 @@ def _conv1d(keras):
     return keras.Model(inp, out, name="conv1d_audio")
 
 
+def _vgg_bn(keras):
+    """Conv(relu) -> BatchNormalization blocks, as many tutorials write them."""
+    L = keras.layers
+    inp = keras.Input((96, 96, 3))
+    x = inp
+    for filters in (32, 64, 128):
+        x = L.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        x = L.BatchNormalization()(x)
+        x = L.MaxPooling2D()(x)
+        x = L.SpatialDropout2D(0.1)(x)
+    x = L.GlobalMaxPooling2D()(x)
+    x = L.Dense(128, activation="elu")(x)
+    out = L.Dense(20, activation="softmax")(x)
+    return keras.Model(inp, out, name="vgg_bn")
+
+
+def _inception_mini(keras):
+    """Blocks that fan out into three branches and concatenate (Inception-like)."""
+    L = keras.layers
+    inp = keras.Input((80, 80, 3))
+    x = L.Conv2D(32, 3, strides=2, padding="same", activation="relu")(inp)
+    for filters in (16, 32):
+        a = L.Conv2D(filters, 1, activation="relu")(x)
+        b = L.Conv2D(filters, 3, padding="same", activation="relu")(L.Conv2D(filters, 1, activation="relu")(x))
+        c = L.Conv2D(filters, 1, activation="relu")(L.AveragePooling2D(3, strides=1, padding="same")(x))
+        x = L.Concatenate()([a, b, c])
+        x = L.BatchNormalization()(x)
+    x = L.GlobalAveragePooling2D()(x)
+    out = L.Dense(10, activation="softmax")(x)
+    return keras.Model(inp, out, name="inception_mini")
+
+
+def _mlp(keras):
+    """Fully connected layers on a flattened image: large Dense kernels, small activations."""
+    L = keras.layers
+    inp = keras.Input((32, 32, 3))
+    x = L.Flatten()(inp)
+    x = L.Dense(1024, activation="relu")(x)
+    x = L.Dropout(0.2)(x)
+    x = L.Dense(1024, activation="tanh")(x)
+    x = L.LayerNormalization()(x)
+    out = L.Dense(10, activation="softmax")(x)
+    return keras.Model(inp, out, name="mlp")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
-            "convmixer": _convmixer, "conv1d_audio": _conv1d}
+            "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
+            "inception_mini": _inception_mini, "mlp": _mlp}
 
 
 def main() -> None:

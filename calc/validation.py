@@ -53,7 +53,7 @@ def _case(name, size, batch, optimizer, precision="float32", mode="all", last_n=
 
 
 # 12 catalogue families (all 40 models), batch 1-128, every optimizer family, three precisions, full training,
-# frozen backbones, the last N layers and gradient accumulation (275 cases). Sizes are
+# frozen backbones, the last N layers and gradient accumulation (289 cases). Sizes are
 # chosen so that one case runs in a few minutes at most on a 2-core machine.
 VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case("VGG16", 224, 8, "sgd"),
@@ -388,6 +388,22 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case('DenseNet169', 96, 8, 'rmsprop', precision='mixed_float16'),
     _case('ResNet152V2', 160, 32, 'adam', precision='mixed_float16', last_n=10, mode='last_n'),
     _case('ResNet101V2', 64, 48, 'adadelta', precision='mixed_float16', classes=10),
+    # A fourteenth holdout, drawn (stop 15, `sample_holdout.py --seed 16 --count 14 --max-peak-gib 1.0
+    # --trained`), predicted with and without the full-training simulation floor before measuring.
+    _case('EfficientNetB1', 224, 1, 'adam', precision='float32', amsgrad=True, use_ema=True),
+    _case('MobileNet', 160, 32, 'lamb', precision='float32'),
+    _case('InceptionV3', 96, 4, 'adafactor', precision='float32'),
+    _case('EfficientNetB0', 160, 1, 'adam', precision='float32'),
+    _case('NASNetMobile', 96, 1, 'lion', precision='mixed_bfloat16'),
+    _case('NASNetLarge', 96, 6, 'sgd', precision='float32'),
+    _case('EfficientNetV2B1', 192, 4, 'lion', precision='mixed_float16'),
+    _case('EfficientNetB2', 256, 6, 'adadelta', precision='mixed_float16'),
+    _case('VGG16', 96, 12, 'sgd', precision='mixed_float16'),
+    _case('MobileNetV3Small', 224, 16, 'rmsprop', precision='mixed_float16', momentum=True, last_n=10, mode='last_n'),
+    _case('EfficientNetV2S', (64, 96), 6, 'sgd', precision='mixed_float16', momentum=True),
+    _case('MobileNet', 96, 32, 'lamb', precision='mixed_float16', use_ema=True, last_n=10, mode='last_n'),
+    _case('MobileNetV2', (192, 96), 24, 'sgd', precision='float32', momentum=True),
+    _case('EfficientNetB0', 96, 16, 'ftrl', precision='mixed_float16', classes=10),
 )
 
 
@@ -421,6 +437,15 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("conv1d_audio", 64, "adam"),
     _file_case("conv1d_audio", 16, "ftrl", precision="mixed_bfloat16"),
     _file_case("conv1d_audio", 128, "adamax", mode="last_n", last_n=6),
+    # A second own-model slice (stop 15), new architectures, predicted before measuring.
+    _file_case("vgg_bn", 16, "adam"),
+    _file_case("vgg_bn", 48, "sgd", precision="mixed_float16", momentum=True),
+    _file_case("vgg_bn", 8, "nadam", mode="last_n", last_n=8),
+    _file_case("inception_mini", 32, "rmsprop"),
+    _file_case("inception_mini", 64, "adamw", precision="mixed_bfloat16"),
+    _file_case("mlp", 256, "adam"),
+    _file_case("mlp", 64, "sgd"),
+    _file_case("mlp", 128, "lamb", precision="mixed_float16"),
 )
 
 
