@@ -107,12 +107,13 @@ def _read_file(args: argparse.Namespace) -> bytes:
     """The bytes of --file, refused as the dashboard refuses an upload (calc.uploads.check_upload)."""
     import os
 
-    from calc.uploads import check_upload
+    from calc.uploads import check_extension, check_upload
 
     given = [f"--{n.replace('_', '-')}" for n in ("model", "image_size", "height", "width", "no_top")
              if getattr(args, n)]
     if given:
         raise ValueError(f"--file takes the model as saved; drop {', '.join(given)}.")
+    check_extension(args.file)
     try:
         size = os.path.getsize(args.file)
         if size > LOCAL_FILE_LIMIT:
@@ -222,6 +223,20 @@ def _caveat_notes(caveats: dict[str, int], device: Device = Device.CPU) -> list[
     return notes
 
 
+def _own_model_note() -> list[str]:
+    """How the estimate fared on the own-model slice (architectures the engine was not fitted on)."""
+    from calc.validation import CUSTOM_REPORT, OWN_MODEL_STEPS, load_report, overall_record, record_sentence
+
+    try:
+        record = overall_record(load_report(CUSTOM_REPORT))
+    except (OSError, ValueError):
+        return []
+    if record is None:
+        return []
+    return [f"your own model: the engine's rules were measured on Keras applications; "
+            f"{record_sentence(record, OWN_MODEL_STEPS)} (calc/data/validation_custom_cpu.json)"]
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     from calc.estimate import estimate_memory, fit_on_gpu, spread_caveats
 
@@ -256,6 +271,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                      f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
                      f"largest batch that fits: {fit.max_batch}")
     lines += [f"  note: {note}" for note in _caveat_notes(out["caveats"], config.device)]
+    if args.file:
+        lines += [f"  note: {note}" for note in _own_model_note()]
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
     _print(out, args.json, lines)

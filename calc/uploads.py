@@ -28,11 +28,17 @@ TIMEOUT_S = 180.0
 ALLOWED = (".keras", ".h5")
 
 
-def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTES) -> str:
-    """Returns the file's extension, or raises ``ValueError`` saying what is wrong."""
+def check_extension(filename: str) -> str:
+    """Returns the file's extension if it is a model's, or raises ``ValueError``."""
     ext = os.path.splitext(filename.lower())[1]
     if ext not in ALLOWED:
         raise ValueError(f"Expected a .keras or .h5 file. Received: {os.path.basename(filename)!r}")
+    return ext
+
+
+def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTES) -> str:
+    """Returns the file's extension, or raises ``ValueError`` saying what is wrong."""
+    ext = check_extension(filename)
     if len(data) > max_bytes:
         raise ValueError(f"The file is {len(data) / 2**20:,.0f} MiB; the limit is {max_bytes // 2**20} MiB.")
     if not data:

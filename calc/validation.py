@@ -643,6 +643,24 @@ def gpu_record_sentence(record: CaveatRecord, steps: str) -> str:
     return f"with TensorFlow on an H100, {record_sentence(record, steps)}"
 
 
+OWN_MODEL_STEPS = "steps of own models (saved files that are not Keras applications)"
+
+
+def overall_record(report: dict[str, Any]) -> CaveatRecord | None:
+    """The record of every case in a saved report (for a file: the own-model slice's,
+    ``CUSTOM_REPORT``); None when the report has no cases."""
+    try:
+        rows = [(c["relative_error"], c["predicted_bytes"], c.get("runs_bytes") or [c["measured_bytes"]])
+                for c in report["cases"]]
+    except (KeyError, TypeError):
+        return None
+    if not rows:
+        return None
+    above = [max(max(runs) / predicted - 1, 0.0) for _, predicted, runs in rows]
+    return CaveatRecord(len(rows), min(e for e, _, _ in rows), max(e for e, _, _ in rows),
+                        max(a / (1 + a) for a in above))
+
+
 def caveat_record(report: dict[str, Any], kind: str) -> CaveatRecord | None:
     """One kind's record from a saved report; None when the report has none for it."""
     try:
@@ -662,6 +680,7 @@ def report_path(data: Path) -> Path:
 GPU_TF_REPORT = report_path(GPU_TF_DATA)
 GPU_TF_XLA_REPORT = report_path(GPU_TF_XLA_DATA)
 GPU_JAX_REPORT = report_path(GPU_JAX_DATA)
+CUSTOM_REPORT = report_path(CUSTOM_DATA)
 
 
 def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:

@@ -83,6 +83,24 @@ def load_gpu_slices() -> tuple[dict, dict]:
     return load_report(GPU_TF_REPORT), load_report(GPU_TF_XLA_REPORT)
 
 
+@st.cache_data(show_spinner=False)
+def load_own_models() -> dict:
+    """The report of the own-model slice: saved files that are not Keras applications."""
+    from calc.validation import CUSTOM_REPORT, load_report
+
+    return load_report(CUSTOM_REPORT)
+
+
+def own_model_record() -> CaveatRecord | None:
+    """How the estimate fared on the own-model slice; None when its report is unavailable."""
+    from calc.validation import overall_record
+
+    try:
+        return overall_record(load_own_models())
+    except (OSError, ValueError):
+        return None
+
+
 def slice_line(summary: dict, what: str) -> str:
     """One line on a GPU slice's report: how far the estimate was from what was measured."""
     return (f"{what}: {summary['cases']} steps, median error {summary['median_abs_error']:.1%}, worst "

@@ -17,7 +17,7 @@ from calc.estimate import (
 )
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
-from calc.validation import (CAVEAT_STEPS, NO_CAVEAT, CaveatRecord, caveat_record, gpu_record_sentence,
+from calc.validation import (CAVEAT_STEPS, NO_CAVEAT, OWN_MODEL_STEPS, CaveatRecord, caveat_record, gpu_record_sentence,
                              record_sentence)
 from dashboard.state import Inputs
 
@@ -345,6 +345,15 @@ CAVEAT_NOTES = {
         "which the allocator may place in a larger free chunk, so repeated runs differ. On a GPU these buffers "
         "do not exist"),
 }
+
+
+def own_model_note(inputs: Inputs, record: CaveatRecord | None) -> str | None:
+    """For a model the user brought (a file or a pasted summary), how the estimate fared on
+    the own-model slice; None for a catalogue model or without a record."""
+    if inputs.source == "catalogue" or record is None:
+        return None
+    return (f"Your own model: the engine's rules were measured on Keras applications; "
+            f"{record_sentence(record, OWN_MODEL_STEPS)} (Validation page).")
 
 
 def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRecord],

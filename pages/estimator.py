@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line, caveat_records, xla_line
+from dashboard.loaders import accuracy_line, caveat_records, own_model_record, xla_line
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
@@ -28,6 +28,8 @@ st.caption(accuracy_line())
 st.caption(xla_line())
 for note in views.caveat_notes(view, inputs, caveat_records(), caveat_records("gpu")):
     st.warning(note)
+if (own := views.own_model_note(inputs, own_model_record())) is not None:
+    st.warning(own)
 if view.unknown_layer_types:
     st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
 

@@ -2,7 +2,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import accuracy_line, load_gpu_slices, load_validation, noise_line, slice_line
+from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, load_validation, noise_line,
+                               slice_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
@@ -33,6 +34,19 @@ percent = st.column_config.NumberColumn(format="percent")
 st.dataframe(pd.DataFrame(views.caveat_rows(report)), hide_index=True,
              column_config={"lowest error": percent, "highest error": percent,
                             "margin that covered every run": percent})
+
+st.subheader("Your own models: saved files")
+st.caption("Architectures that are not Keras applications (U-Net, ConvMixer, a 1-D network, a Flatten-Dense CNN, "
+           "...), saved as .keras files in calc/data/models and read as an upload is; measured on this CPU by the "
+           "same protocol (python -m calc measure --file ...), not part of the set above.")
+try:
+    own = load_own_models()
+except (OSError, ValueError) as exc:
+    st.error(f"The own-model report could not be read: {exc}")
+else:
+    st.markdown(slice_line(own["summary"], "Own models, CPU"))
+    st.dataframe(pd.DataFrame(own["cases"])[["case", "measured_bytes", "predicted_bytes", "relative_error"]],
+                 hide_index=True, column_config={"relative_error": percent})
 
 st.subheader("On a GPU: TensorFlow on an H100")
 st.caption("Validation cases measured with TensorFlow 2.21 on an NVIDIA H100 by the same protocol "

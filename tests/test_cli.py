@@ -37,7 +37,9 @@ def run(*args):
         (["estimate", "--file", "/nonexistent/model.keras"], "cannot read /nonexistent/model.keras"),
         (["estimate", "--file", "m.keras", "--model", "ResNet50"], "drop --model"),
         (["estimate", "--file", "m.keras", "--image-size", "64"], "drop --image-size"),
-        (["measure", "--file", "m.keras"], "catalogue models only"),
+        (["measure", "--file", "missing.keras"], "cannot read missing.keras"),
+        (["measure", "--file", "m.keras", "--no-top"], "drop --no-top"),
+        (["measure", "--file", "model.txt"], "Expected a .keras or .h5 file"),
         (["estimate", "--model", "ResNet50", "--momentum", "1.5"], "between 0 and 1"),
         (["estimate", "--model", "ResNet50", "--momentum", "high"], "between 0 and 1"),
     ],
@@ -181,6 +183,12 @@ def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
     assert main(["estimate", "--file", str(path), "--batch-size", "8", "--optimizer", "sgd", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["model"] == "mine.keras" and got["peak_bytes"] == estimate_memory(profile, config).peak_bytes
+    from calc.validation import CUSTOM_REPORT, OWN_MODEL_STEPS, load_report, overall_record, record_sentence
+
+    assert main(["estimate", "--file", str(path), "--batch-size", "8", "--optimizer", "sgd"]) == 0
+    own = record_sentence(overall_record(load_report(CUSTOM_REPORT)), OWN_MODEL_STEPS)
+    assert f"note: your own model: the engine's rules were measured on Keras applications; {own}" in \
+        capsys.readouterr().out
     assert main(["max-batch", "--file", str(path), "--optimizer", "sgd", "--gpu", "t4", "--json"]) == 0
     t4 = GPU_PRESETS["t4"]
     assert json.loads(capsys.readouterr().out)["max_batch_size"] == max_batch_size(

@@ -161,13 +161,13 @@ def test_validation_page_groups_the_cases_by_what_makes_their_runs_differ():
     assert plain["cases"] == sum(not c["caveats"] for c in by_cases.values())
 
 
-def test_validation_page_shows_the_gpu_slices_with_and_without_xla():
-    from calc.validation import GPU_TF_REPORT, GPU_TF_XLA_REPORT, load_report
+def test_validation_page_shows_the_own_model_and_gpu_slices_with_and_without_xla():
+    from calc.validation import CUSTOM_REPORT, GPU_TF_REPORT, GPU_TF_XLA_REPORT, load_report
 
     at = app(page="pages/validation.py")
     tables = [d.value for d in at.dataframe if list(d.value.columns)[:2] == ["case", "measured_bytes"]]
     lines = [m.value for m in at.markdown]
-    for path, what in ((GPU_TF_REPORT, "Graph executor"), (GPU_TF_XLA_REPORT, "XLA")):
+    for path, what in ((GPU_TF_REPORT, "Graph executor"), (GPU_TF_XLA_REPORT, "XLA"), (CUSTOM_REPORT, "Own models")):
         report = load_report(path)
         s = report["summary"]
         assert any(line.startswith(what) and f"{s['cases']} steps, median error {s['median_abs_error']:.1%}" in line
@@ -239,6 +239,12 @@ def test_pasted_summary(tmp_path):
     at.text_area(key="summary_text").input(KERAS2).run()
     assert not at.exception and not at.error
     assert metric(at, "Largest batch")
+    # A model the user brings carries the own-model slice's record; a catalogue model does not.
+    from calc.validation import CUSTOM_REPORT, OWN_MODEL_STEPS, load_report, overall_record, record_sentence
+
+    own = record_sentence(overall_record(load_report(CUSTOM_REPORT)), OWN_MODEL_STEPS)
+    assert any(w.value.startswith("Your own model") and own in w.value for w in at.warning)
+    assert not any("Your own model" in w.value for w in app().warning)
     at.text_area(key="summary_text").input("not a summary").run()
     assert at.error and "No layer rows" in at.error[0].value
 

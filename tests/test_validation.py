@@ -1,12 +1,13 @@
 """The validation set is what the issue asks for, and the committed report is true."""
 
 import json
+import os
 
 import pytest
 
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
-from calc.validation import (CPU_DATA, CPU_REPORT, GPU_JAX_DATA, GPU_JAX_REPORT, GPU_TF_DATA, GPU_TF_XLA_DATA,
+from calc.validation import (CPU_DATA, CPU_REPORT, CUSTOM_CASES, CUSTOM_DATA, GPU_JAX_DATA, GPU_JAX_REPORT, GPU_TF_DATA, GPU_TF_XLA_DATA,
                              NO_CAVEAT, VALIDATION_CASES, CaveatRecord, ValidationRow, caveat_record, caveat_records, load_measurements,
                              load_report, record_sentence, report_path, save_report, summarize, validate)
 
@@ -39,8 +40,8 @@ def test_coverage_of_the_set():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data", [CPU_DATA, GPU_TF_DATA, GPU_TF_XLA_DATA, GPU_JAX_DATA],
-                         ids=["cpu", "gpu_tf", "gpu_tf_xla", "gpu_jax"])
+@pytest.mark.parametrize("data", [CPU_DATA, CUSTOM_DATA, GPU_TF_DATA, GPU_TF_XLA_DATA, GPU_JAX_DATA],
+                         ids=["cpu", "own_models", "gpu_tf", "gpu_tf_xla", "gpu_jax"])
 def test_committed_report_matches_the_engine(data):
     """`python -m calc validate [--data ...] --save` was run after the last engine change."""
     rows = validate(data)
@@ -50,6 +51,20 @@ def test_committed_report_matches_the_engine(data):
     assert report["summary"]["median_abs_error"] == summarize(rows).median_abs
     worst_over = max(r.relative_error for r in rows)
     assert report["summary"]["worst_over_prediction"] == max(0.0, worst_over)
+
+
+def test_own_model_cases_are_saved_files_in_the_repository_measured_like_the_set():
+    data = load_measurements(CUSTOM_DATA)
+    assert data["environment"]["threads"] == "inter_op=1 intra_op=1"
+    specs = [spec_from_dict(c["spec"]) for c in data["cases"]]
+    assert all(s.path.startswith("calc/data/models/") and s.path.endswith(".keras") for s in specs)
+    assert all(os.path.isfile(s.resolved()) for s in specs)
+    assert len({s.path for s in specs}) >= 5 and len(data["cases"]) >= 16
+    for case in data["cases"]:
+        runs = sorted(case["peaks_bytes"])
+        assert len(runs) >= 3 and case["peak_bytes"] == runs[len(runs) // 2]
+    # Each file holds zeros: the weights' values do not change a step's memory, and zeros keep the repository small.
+    assert {s.path for s, _ in CUSTOM_CASES} >= {s.path for s in specs}
 
 
 def test_each_data_file_has_its_own_report():
@@ -119,3 +134,18 @@ def test_the_saved_report_keeps_each_cases_caveats_and_their_records(tmp_path):
     assert caveat_record(report, NO_CAVEAT).lowest_error == pytest.approx(-0.05)
     assert caveat_record(report, "large_fixed_request") is None
     assert caveat_record({}, "large_variable") is None
+
+
+def test_the_overall_record_covers_every_run_of_every_case():
+    from calc.validation import overall_record
+
+    report = {"cases": [
+        {"relative_error": 0.10, "predicted_bytes": 110, "measured_bytes": 100, "runs_bytes": [100, 100, 105]},
+        {"relative_error": -0.20, "predicted_bytes": 80, "measured_bytes": 100, "runs_bytes": [90, 100, 120]},
+    ]}
+    record = overall_record(report)
+    # The second case's 120-byte run over its 80-byte estimate: 50 % above, so a third of the memory kept free.
+    assert (record.cases, record.lowest_error, record.highest_error) == (2, -0.20, 0.10)
+    assert record.margin_for_every_run == pytest.approx(0.5 / 1.5)
+    assert overall_record({"cases": []}) is None and overall_record({}) is None
+
