@@ -1005,24 +1005,8 @@ def estimate_memory(profile: ModelProfile, config: TrainingConfig) -> MemoryBrea
     batch = config.per_replica_batch
     m = plan.peak_moment(batch)
     parts = m.components(batch)
-    simulated = _simulated_peak(profile, _without_batch(config), batch)
+    simulated = _allocator_peak(profile, _without_batch(config), batch) if _simulates_allocator(config) else 0
     return MemoryBreakdown(*parts, peak_phase=m.phase, allocator_bytes=max(0, simulated - sum(parts)))
-
-
-def _simulated_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -> int:
-    """The allocator simulation's peak, below which the estimate does not go.
-
-    With part of the model in inference (``_simulates_allocator``) the larger peak of the
-    two simulated pool histories. In full training the walk's fitted ``FRAGMENTATION``
-    stands, floored by the smaller of the two: a flat 8 % misses the whole chunks of a
-    step with few large tensors (a Dense kernel just over a power of two, a small step
-    beside 32 MiB float16 kernel buffers). On the 181 full-training validation cases the
-    floor left the median at 2.4 % and took the cases more than 5 % low from 12 to 3;
-    on the 16 own-model cases, measured before it, it raised plain_cnn b32 adam from
-    -15.0 to -4.4 % (docs/MEASUREMENTS.md, stop 15).
-    """
-    peaks = _allocator_peaks(profile, config, batch)
-    return max(peaks) if _simulates_allocator(config) else min(peaks)
 
 
 def _simulates_allocator(config: TrainingConfig) -> bool:
@@ -1035,7 +1019,11 @@ def _simulates_allocator(config: TrainingConfig) -> bool:
     simulation has the lower median |error| (2.3 % against the walk's 2.9 %) but
     under-predicts 59 of them (the walk 34), 15 by more than 5 % (the walk 5), and misses
     VGG16 by up to +42 % (``python benchmarks/full_training_variants.py``;
-    docs/MEASUREMENTS.md, stops 10 and 11), ConvNeXt included.
+    docs/MEASUREMENTS.md, stops 10 and 11), ConvNeXt included. Flooring the walk by the
+    smaller of the two histories' simulated peaks (stop 15): more than 5 % low 12 -> 3 of
+    the 181 in sample, the same median; on the fourteenth holdout, predicted both ways, the
+    same median and max with one fewer under; on own models an MLP +45 -> +71 %; and ~0.9 s
+    more per configuration for the dashboard's curve. Not adopted.
     """
     return config.train_mode is not TrainMode.ALL
 
@@ -1194,8 +1182,10 @@ def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: ran
     if not per_device:
         return []
     linear = [int(v) for v in _totals(plan.moments, per_device).max(axis=0)]
+    if not _simulates_allocator(config):
+        return linear
     base = _without_batch(config)
-    return [max(v, _simulated_peak(profile, base, b)) for v, b in zip(linear, per_device)]
+    return [max(v, _allocator_peak(profile, base, b)) for v, b in zip(linear, per_device)]
 
 
 def max_batch_size(
@@ -1211,21 +1201,22 @@ def max_batch_size(
 
     Returns 0 when not even one sample per device fits; at most ``limit`` per
     device. Batches are multiples of ``num_gpus``. Peaks grow with the batch, so a
-    doubling search then a bisection finds the edge. The allocator simulation
-    (``_simulated_peak``) can dip between neighbouring batches; the search returns a
-    batch that fits, and may miss a larger one past a jump.
+    doubling search then a bisection finds the edge. Where the allocator is simulated
+    (``_simulates_allocator``) the peak can dip between neighbouring batches; the
+    search returns a batch that fits, and may miss a larger one past a jump.
     """
     if not 0.0 <= safety_margin < 1.0:
         raise ValueError(f"safety_margin must be in [0, 1). Received: safety_margin={safety_margin}")
     usable = int(budget_bytes * (1.0 - safety_margin)) - overhead_bytes
     plan = plan_step(profile, config)
 
+    simulated = _simulates_allocator(config)
     base = _without_batch(config)
 
     def fits(per_device: int) -> bool:
         if max(m.total(per_device) for m in plan.moments) > usable:
             return False
-        return _simulated_peak(profile, base, per_device) <= usable
+        return not simulated or _allocator_peak(profile, base, per_device) <= usable
 
     if not fits(1):
         return 0

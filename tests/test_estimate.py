@@ -436,19 +436,3 @@ def test_a_profiles_hash_is_computed_once_and_follows_equality():
     assert hash(pickle.loads(pickle.dumps(profile))) == hash(profile) == hash(copy.deepcopy(profile))
     assert dataclasses.asdict(profile).keys() == {f.name for f in dataclasses.fields(profile)}
 
-
-def test_full_training_is_floored_by_the_allocators_whole_chunks():
-    """One 16.5 MiB Dense kernel trained with SGD at batch 1.
-
-    The BFC allocator grows its pool by regions of 2, 4, ..., 32 MiB and hands the kernel's
-    16.5 MiB request the 32 MiB region whole (a chunk is split only when at least twice the
-    request), so the kernel alone counts 32 MiB; the gradient and SGD's ``lr * g`` are 16.5
-    MiB each at least. The walk's flat 8 % counts the three as 3 x 17.8 MiB.
-    """
-    kernel = 33 * 2**20 // 8  # elements: 16.5 MiB of float32
-    profile = chain_profile(sizes=(1024,), types=("ReLU",), weights=((),), head_weights=(kernel,))
-    b = estimate_memory(profile, TrainingConfig(batch_size=1, optimizer="sgd"))
-    assert b.peak_bytes >= (32 + 2 * 16.5) * 2**20
-    assert b.allocator_bytes > 0
-    assert b.peak_bytes - b.allocator_bytes < (32 + 2 * 16.5) * 2**20
-
