@@ -61,7 +61,8 @@ def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, st
     if server_setting("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
         return False, "Measuring is switched off on this server (CALC_MEASURE_NOW=off)."
     if inputs.source != "catalogue":
-        return False, "Measuring here is for catalogue models; run `python -m calc measure` on your own machine."
+        return False, ("Measuring here is for catalogue models; measure your own on your machine: "
+                       "`python -m calc measure --file my_model.keras --batch-size ...` (the same options).")
     if inputs.num_gpus != 1:
         return False, "Measuring runs one device: set GPUs to 1."
     if inputs.device == "gpu" and not server_has_gpu():

@@ -211,7 +211,7 @@ def test_measure_now_is_allowed_within_its_bounds(small_profile, monkeypatch):
 
 @pytest.mark.parametrize("inputs, reason", [
     (dict(batch_size=65), "batch ≤ 64"), (dict(image_size=321), "image ≤ 320px"),
-    (dict(source="upload"), "catalogue models"), (dict(num_gpus=2, batch_size=16), "GPUs to 1"),
+    (dict(source="upload"), "calc measure --file"), (dict(num_gpus=2, batch_size=16), "GPUs to 1"),
 ])
 def test_measure_now_refuses_what_could_hold_the_server(small_profile, monkeypatch, inputs, reason):
     from dashboard import measure_now
