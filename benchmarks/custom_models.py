@@ -9,7 +9,8 @@ a small U-Net (Conv2DTranspose, UpSampling2D, Concatenate, per-pixel softmax), a
 residual network with SeparableConv2D and PReLU, a ConvMixer (DepthwiseConv2D, GELU,
 LayerNormalization), a 1-D convolutional network on a waveform (the first five, stop
 15's first own-model slice); then Conv(relu) -> BatchNormalization blocks, an
-Inception-like fan-out, and a multilayer perceptron (the second).
+Inception-like fan-out, and a multilayer perceptron (the second); then the Keras MNIST
+convnet, ResNet-20 for CIFAR and a convolutional autoencoder (the third).
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so each file stays a few KiB. The files are data for
@@ -173,9 +174,50 @@ def _mlp(keras):
     return keras.Model(inp, out, name="mlp")
 
 
+def _mnist_cnn(keras):
+    """The Keras MNIST convnet example (28x28x1)."""
+    L = keras.layers
+    inp = keras.Input((28, 28, 1))
+    x = L.Conv2D(32, 3, activation="relu")(inp)
+    x = L.Conv2D(64, 3, activation="relu")(x)
+    x = L.Dropout(0.25)(L.MaxPooling2D()(x))
+    x = L.Dropout(0.5)(L.Dense(128, activation="relu")(L.Flatten()(x)))
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="mnist_cnn")
+
+
+def _resnet20(keras):
+    """ResNet-20 for 32x32 CIFAR images: three stages of three basic blocks."""
+    L = keras.layers
+    inp = keras.Input((32, 32, 3))
+    x = L.ReLU()(L.BatchNormalization()(L.Conv2D(16, 3, padding="same", use_bias=False)(inp)))
+    for stage, filters in enumerate((16, 32, 64)):
+        for block in range(3):
+            stride = 2 if stage and not block else 1
+            y = L.ReLU()(L.BatchNormalization()(L.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(x)))
+            y = L.BatchNormalization()(L.Conv2D(filters, 3, padding="same", use_bias=False)(y))
+            if stride != 1:
+                x = L.BatchNormalization()(L.Conv2D(filters, 1, strides=stride, use_bias=False)(x))
+            x = L.ReLU()(L.Add()([x, y]))
+    x = L.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="resnet20")
+
+
+def _autoencoder(keras):
+    """A convolutional encoder-decoder with strided convolutions and Conv2DTranspose."""
+    L = keras.layers
+    inp = keras.Input((64, 64, 3))
+    x = inp
+    for filters in (32, 64, 128):
+        x = L.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(x)
+    for filters in (128, 64, 32):
+        x = L.Conv2DTranspose(filters, 3, strides=2, padding="same", activation="relu")(x)
+    return keras.Model(inp, L.Conv2D(8, 3, padding="same", activation="softmax")(x), name="autoencoder")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
-            "inception_mini": _inception_mini, "mlp": _mlp}
+            "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
+            "autoencoder": _autoencoder}
 
 
 def main() -> None:

@@ -446,6 +446,13 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("mlp", 256, "adam"),
     _file_case("mlp", 64, "sgd"),
     _file_case("mlp", 128, "lamb", precision="mixed_float16"),
+    # A third (stop 15): the small models of tutorials, predicted before measuring.
+    _file_case("mnist_cnn", 128, "adam"),
+    _file_case("mnist_cnn", 512, "rmsprop"),
+    _file_case("resnet20", 128, "sgd", momentum=True),
+    _file_case("resnet20", 256, "adam", precision="mixed_bfloat16"),
+    _file_case("autoencoder", 32, "adam"),
+    _file_case("autoencoder", 64, "adamw", precision="mixed_float16"),
 )
 
 
