@@ -104,10 +104,11 @@ def _profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tr
 
 
 def _read_file(args: argparse.Namespace) -> bytes:
-    """The bytes of --file, refused as the dashboard refuses an upload (calc.uploads.check_upload)."""
+    """The bytes of --file, after its name and size are checked; the bytes themselves are
+    checked as an upload's by ``calc.uploads.check_upload`` (``profile_upload`` runs it)."""
     import os
 
-    from calc.uploads import check_extension, check_upload
+    from calc.uploads import check_extension
 
     given = [f"--{n.replace('_', '-')}" for n in ("model", "image_size", "height", "width", "no_top")
              if getattr(args, n)]
@@ -122,7 +123,6 @@ def _read_file(args: argparse.Namespace) -> bytes:
             data = f.read()
     except OSError as exc:
         raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    check_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
     return data
 
 
@@ -285,7 +285,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if args.file:
         import os
 
-        _read_file(args)  # the checks an upload gets; the child loads it with safe mode on
+        from calc.uploads import check_upload
+
+        # The checks an upload gets; the child then loads the file with safe mode on.
+        check_upload(_read_file(args), os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
         spec, config = ModelFile(os.path.abspath(args.file)), _config(args)
     else:
         spec, config = _spec_and_config(args)

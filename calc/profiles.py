@@ -129,11 +129,17 @@ def get_profile(spec: ModelSpec | ModelFile) -> ModelProfile:
                 return _memory[key]
         profile = _read_shipped(spec) or _read_or_build(spec)
         with _memory_guard:
-            _memory[key] = profile
-            while len(_memory) > MEMORY_ENTRIES:
-                _memory.popitem(last=False)
+            _remember(key, profile)
             _key_locks.pop(key, None)  # later callers find the profile in _memory
     return profile
+
+
+def _remember(key: str, profile: ModelProfile) -> None:
+    """Keeps a profile in memory, the least recently used dropped past ``MEMORY_ENTRIES``
+    (the caller holds ``_memory_guard``)."""
+    _memory[key] = profile
+    while len(_memory) > MEMORY_ENTRIES:
+        _memory.popitem(last=False)
 
 
 def _file_profile(spec: ModelFile) -> ModelProfile:
@@ -146,6 +152,7 @@ def _file_profile(spec: ModelFile) -> ModelProfile:
     key = f"file-{hashlib.sha256(data).hexdigest()[:20]}-{spec.key}"
     with _memory_guard:
         if key in _memory:
+            _memory.move_to_end(key)
             return _memory[key]
     path = cache_dir() / f"{key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
     profile = _read_cached(path)
@@ -153,9 +160,7 @@ def _file_profile(spec: ModelFile) -> ModelProfile:
         profile = profile_upload(data, spec.key, max_bytes=len(data) + 1)
         _write_cached(path, profile)
     with _memory_guard:
-        _memory[key] = profile
-        while len(_memory) > MEMORY_ENTRIES:
-            _memory.popitem(last=False)
+        _remember(key, profile)
     return profile
 
 

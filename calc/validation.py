@@ -415,11 +415,11 @@ def _file_case(name, batch, optimizer, precision="float32", mode="all", last_n=0
     return ModelFile(f"{MODEL_FILES_DIR}/{name}.keras"), config
 
 
-# Own models (stop 15): five architectures that are not Keras applications, each with the
-# layers people combine themselves (UpSampling2D, Conv2DTranspose, PReLU, Conv1D, GELU
-# with LayerNormalization, a large Flatten -> Dense head on a 50x180x1 input). Chosen and
-# predicted before any was measured (the predictions are in the message of the commit
-# that added them).
+# Own models (stop 15): architectures that are not Keras applications, in three slices, each
+# chosen and predicted before any of it was measured (the predictions are in the messages of
+# the commits that added them). The first five carry the layers people combine themselves
+# (UpSampling2D, Conv2DTranspose, PReLU, Conv1D, GELU with LayerNormalization, a large
+# Flatten -> Dense head on a 50x180x1 input).
 CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("plain_cnn", 32, "adam"),
     _file_case("plain_cnn", 128, "sgd", momentum=True),
@@ -502,8 +502,13 @@ class ValidationRow:
         A run ``h`` above the estimate fits when the estimate uses at most ``1 - m`` of the
         memory, ``m = h / (1 + h)``; 0 when no run is above the estimate.
         """
-        above = max(max(self.runs_bytes or (self.measured_bytes,)) / self.predicted_bytes - 1, 0.0)
-        return above / (1 + above)
+        return margin_for_runs(self.runs_bytes or (self.measured_bytes,), self.predicted_bytes)
+
+
+def margin_for_runs(runs_bytes, predicted_bytes: int) -> float:
+    """``ValidationRow.margin_for_every_run`` for one case's runs and its prediction."""
+    above = max(max(runs_bytes) / predicted_bytes - 1, 0.0)
+    return above / (1 + above)
 
 
 def load_measurements(path: Path = CPU_DATA) -> dict[str, Any]:
@@ -663,9 +668,8 @@ def overall_record(report: dict[str, Any]) -> CaveatRecord | None:
         return None
     if not rows:
         return None
-    above = [max(max(runs) / predicted - 1, 0.0) for _, predicted, runs in rows]
     return CaveatRecord(len(rows), min(e for e, _, _ in rows), max(e for e, _, _ in rows),
-                        max(a / (1 + a) for a in above))
+                        max(margin_for_runs(runs, predicted) for _, predicted, runs in rows))
 
 
 def caveat_record(report: dict[str, Any], kind: str) -> CaveatRecord | None:
