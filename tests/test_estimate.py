@@ -14,6 +14,7 @@ from calc.estimate import (
     largest_fixed_request_bytes,
     max_batch_size,
     memory_curve,
+    step_timeline,
 )
 from calc.optimizers import slots_per_variable
 from calc.types import Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
@@ -306,6 +307,27 @@ def test_mixed_float16_updates_start_together(optimizer, options, per_variable, 
     assert b.gradients_bytes == 3 * kernel
     assert b.other_bytes == together
     assert b.backward_transient_bytes == max(0, scratch * kernel - together)
+
+
+@pytest.mark.parametrize("optimizer, scratch", [("sgd", 1), ("adam", 2), ("adadelta", 5)])
+def test_the_last_update_counts_its_pending_gradient_once(optimizer, scratch):
+    # float32: the updates follow the gradients (GRADIENT_LAG), so only the first layers'
+    # updates are pending at the end. Their gradients are counted under gradients; the
+    # update's scratch (UPDATE_SCRATCH, the gradient included) adds only the buffers beyond
+    # the gradient, less the early temporaries already counted. An MLP whose first kernel
+    # dominates peaks there (mlp.keras b64 sgd was +45 % with the gradient counted twice).
+    from calc.optimizers import early_temporaries
+
+    mlp = chain_profile(sizes=(4096, 64, 64), types=("Dense",) * 3,
+                        weights=((4096 * 8192,), (64 * 64,), (64 * 64,)), head_weights=(640,))
+    config = TrainingConfig(batch_size=1, optimizer=optimizer)
+    kernel = expected_counted(4 * 4096 * 8192)
+    early = early_temporaries(Optimizer(optimizer), OptimizerOptions())
+    *_, (last_backward, gradient_held), (update, at_update) = step_timeline(mlp, config)
+    assert (last_backward, update) == ("backward l0", "optimizer update")
+    assert at_update - gradient_held == (scratch - early - 1) * kernel
+    b = estimate_memory(mlp, config)
+    assert b.gradients_bytes == kernel and b.peak_bytes == at_update
 
 
 def _grouped_conv_profile(groups_of_one: bool, c: int = 512) -> ModelProfile:
