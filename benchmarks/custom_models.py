@@ -10,7 +10,11 @@ residual network with SeparableConv2D and PReLU, a ConvMixer (DepthwiseConv2D, G
 LayerNormalization), a 1-D convolutional network on a waveform (the first five, stop
 15's first own-model slice); then Conv(relu) -> BatchNormalization blocks, an
 Inception-like fan-out, and a multilayer perceptron (the second); then the Keras MNIST
-convnet, ResNet-20 for CIFAR and a convolutional autoencoder (the third).
+convnet, ResNet-20 for CIFAR and a convolutional autoencoder (the third); then models from
+Keras's own examples with layers the first three lacked: a small ViT and a text transformer
+(MultiHeadAttention, with and without dropout), a text CNN (Embedding, GlobalMaxPooling1D)
+and the image-classification-from-scratch network with its augmentation layers inside
+(the fourth, stop 16).
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so each file stays a few KiB. The files are data for
@@ -214,15 +218,104 @@ def _autoencoder(keras):
     return keras.Model(inp, L.Conv2D(8, 3, padding="same", activation="softmax")(x), name="autoencoder")
 
 
+def _vit_tiny(keras):
+    """The Keras ViT example's shape: 6 px patches of a 72x72 image, 8 blocks of 4-head attention."""
+    L = keras.layers
+    inp = keras.Input((72, 72, 3))
+    x = L.Conv2D(64, 6, strides=6)(inp)  # patch embedding: 144 patches of 64 values
+    x = L.Reshape((144, 64))(x)
+    for _ in range(8):
+        y = L.LayerNormalization(epsilon=1e-6)(x)
+        y = L.MultiHeadAttention(num_heads=4, key_dim=64, dropout=0.1)(y, y)
+        x = L.Add()([y, x])
+        y = L.LayerNormalization(epsilon=1e-6)(x)
+        y = L.Dense(128, activation="gelu")(y)
+        y = L.Dropout(0.1)(y)
+        y = L.Dense(64, activation="gelu")(y)
+        y = L.Dropout(0.1)(y)
+        x = L.Add()([y, x])
+    x = L.LayerNormalization(epsilon=1e-6)(x)
+    x = L.Flatten()(x)
+    x = L.Dropout(0.5)(x)
+    x = L.Dense(512, activation="gelu")(x)
+    x = L.Dropout(0.5)(x)
+    return keras.Model(inp, L.Dense(100, activation="softmax")(x), name="vit_tiny")
+
+
+def _text_transformer(keras):
+    """The Keras text-classification transformer: token embedding, one block of 2-head attention."""
+    L = keras.layers
+    inp = keras.Input((200,), dtype="int32")
+    x = L.Embedding(20000, 32)(inp)
+    y = L.MultiHeadAttention(num_heads=2, key_dim=32)(x, x)  # no dropout: ops.dot_product_attention
+    y = L.Dropout(0.1)(y)
+    x = L.LayerNormalization(epsilon=1e-6)(L.Add()([x, y]))
+    y = L.Dense(32, activation="relu")(x)
+    y = L.Dense(32)(y)
+    y = L.Dropout(0.1)(y)
+    x = L.LayerNormalization(epsilon=1e-6)(L.Add()([x, y]))
+    x = L.GlobalAveragePooling1D()(x)
+    x = L.Dropout(0.1)(x)
+    x = L.Dense(20, activation="relu")(x)
+    x = L.Dropout(0.1)(x)
+    return keras.Model(inp, L.Dense(2, activation="softmax")(x), name="text_transformer")
+
+
+def _text_cnn(keras):
+    """The Keras text-classification-from-scratch model: Embedding, strided Conv1D, global max pool."""
+    L = keras.layers
+    inp = keras.Input((500,), dtype="int32")
+    x = L.Embedding(20000, 128)(inp)
+    x = L.Dropout(0.5)(x)
+    x = L.Conv1D(128, 7, padding="valid", activation="relu", strides=3)(x)
+    x = L.Conv1D(128, 7, padding="valid", activation="relu", strides=3)(x)
+    x = L.GlobalMaxPooling1D()(x)
+    x = L.Dense(128, activation="relu")(x)
+    x = L.Dropout(0.5)(x)
+    return keras.Model(inp, L.Dense(2, activation="softmax")(x), name="text_cnn")
+
+
+def _augmented_xception(keras):
+    """The Keras image-classification-from-scratch model, its augmentation inside (128 px)."""
+    L = keras.layers
+    inp = keras.Input((128, 128, 3))
+    x = L.RandomFlip("horizontal")(inp)
+    x = L.RandomRotation(0.1)(x)
+    x = L.Rescaling(1.0 / 255)(x)
+    x = L.Conv2D(128, 3, strides=2, padding="same")(x)
+    x = L.BatchNormalization()(x)
+    x = L.Activation("relu")(x)
+    previous = x
+    for size in (256, 512, 728):
+        x = L.Activation("relu")(x)
+        x = L.SeparableConv2D(size, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Activation("relu")(x)
+        x = L.SeparableConv2D(size, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.MaxPooling2D(3, strides=2, padding="same")(x)
+        residual = L.Conv2D(size, 1, strides=2, padding="same")(previous)
+        x = L.Add()([x, residual])
+        previous = x
+    x = L.SeparableConv2D(1024, 3, padding="same")(x)
+    x = L.BatchNormalization()(x)
+    x = L.Activation("relu")(x)
+    x = L.GlobalAveragePooling2D()(x)
+    x = L.Dropout(0.25)(x)
+    return keras.Model(inp, L.Dense(2, activation="softmax")(x), name="augmented_xception")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
             "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
-            "autoencoder": _autoencoder}
+            "autoencoder": _autoencoder, "vit_tiny": _vit_tiny, "text_transformer": _text_transformer,
+            "text_cnn": _text_cnn, "augmented_xception": _augmented_xception}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "calc", "data", "models"))
+    parser.add_argument("--only", nargs="+", choices=sorted(BUILDERS), help="write these models only")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
@@ -230,6 +323,8 @@ def main() -> None:
 
     os.makedirs(args.out, exist_ok=True)
     for name, build in BUILDERS.items():
+        if args.only and name not in args.only:
+            continue
         keras.backend.clear_session()
         model = build(keras)
         model.set_weights([np.zeros(w.shape, w.dtype) for w in model.get_weights()])

@@ -676,7 +676,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             twin = first_of.setdefault(key, i)
         for t in layer.output_ids:
             producer[t] = i
-            if rule.aliases_input and layer.input_ids:
+            if (rule.aliases_input or rule.casts_to_compute and not precision.is_mixed) and layer.input_ids:
                 alias[t] = alias[layer.input_ids[0]]
             else:
                 nbytes[t] = out_bytes * profile.tensor_elements[t]

@@ -69,6 +69,81 @@ def _detail(op: Any) -> str:
     return " ".join(parts)
 
 
+def _attention_steps(op: Any, node: Any, tensor_map: dict[int, int], out_ids: tuple[int, ...],
+                     synthetic: Any) -> list[tuple] | None:
+    """A ``MultiHeadAttention`` call as the steps TensorFlow runs (Keras 3.15), or None.
+
+    One layer on the graph, but the tensors its backward pass keeps are not a multiple of
+    its input or output: the attention probabilities grow with the square of the sequence.
+    So the call becomes its steps (``keras/src/layers/attention/multi_head_attention.py``),
+    each a row of the ledger with its own tensors: the query, key and value projections
+    (``EinsumDense``, their weights), the scores (``Einsum``, which keeps both inputs), the
+    softmax and the context (``Einsum``), then the output projection. Without dropout the
+    layer calls ``ops.dot_product_attention``, which TensorFlow computes as the scores in
+    the compute dtype, a float32 softmax (``AttentionSoftmax``, kept for its gradient) and a
+    cast back (``Cast``: a new tensor only under mixed precision) that the context keeps.
+    With dropout the query is scaled first (the scaled copy is what the scores keep), the
+    softmax runs in the compute dtype and ``Dropout`` keeps its mask. Only rank-3 inputs
+    (batch, sequence, features) over the default attention axis; anything else stays one
+    row and is reported as an unknown type.
+    """
+    if type(op).__name__ != "MultiHeadAttention" or len(out_ids) != 1:
+        return None
+    args, kwargs = list(node.arguments.args), dict(node.arguments.kwargs)
+    if kwargs.get("return_attention_scores") or len(args) < 2 and "value" not in kwargs:
+        return None
+    query = args[0]
+    value = args[1] if len(args) > 1 else kwargs["value"]
+    key = args[2] if len(args) > 2 else kwargs.get("key")
+    key = value if key is None else key
+    try:
+        ids = [tensor_map[id(t)] for t in (query, key, value)]
+    except (KeyError, TypeError):
+        return None
+    if any(len(t.shape) != 3 for t in (query, key, value)) or tuple(op._attention_axes or (1,)) != (1,):
+        return None
+    heads, key_dim = int(op.num_heads), int(op.key_dim)
+    value_dim = int(op.value_dim or key_dim)
+    t_len, s_len = int(query.shape[1]), int(value.shape[1])
+    q_id, k_id, v_id = ids
+    name = op.name
+    q = synthetic((t_len, heads, key_dim))
+    k = synthetic((s_len, heads, key_dim))
+    v = synthetic((s_len, heads, value_dim))
+    steps = [
+        (f"{name}/query", "EinsumDense", (q_id,), (q,), ((t_len, heads, key_dim),), op._query_dense),
+        (f"{name}/key", "EinsumDense", (k_id,), (k,), ((s_len, heads, key_dim),), op._key_dense),
+        (f"{name}/value", "EinsumDense", (v_id,), (v,), ((s_len, heads, value_dim),), op._value_dense),
+    ]
+    scores_shape = (heads, t_len, s_len)
+    scores = synthetic(scores_shape)
+    if float(op.dropout or 0.0) > 0.0:
+        scaled = synthetic((t_len, heads, key_dim))
+        probs, dropped = synthetic(scores_shape), synthetic(scores_shape)
+        steps += [
+            (f"{name}/scale", "Rescaling", (q,), (scaled,), ((t_len, heads, key_dim),), None),
+            (f"{name}/scores", "Einsum", (k, scaled), (scores,), (scores_shape,), None),
+            (f"{name}/softmax", "Softmax", (scores,), (probs,), (scores_shape,), None),
+            (f"{name}/dropout", "Dropout", (probs,), (dropped,), (scores_shape,), None),
+        ]
+        attended = dropped
+    else:
+        probs, cast = synthetic(scores_shape), synthetic(scores_shape)
+        steps += [
+            (f"{name}/scores", "Einsum", (q, k), (scores,), (scores_shape,), None),
+            (f"{name}/softmax", "AttentionSoftmax", (scores,), (probs,), (scores_shape,), None),
+            (f"{name}/cast", "Cast", (probs,), (cast,), (scores_shape,), None),
+        ]
+        attended = cast
+    context = synthetic((t_len, heads, value_dim))
+    steps += [
+        (f"{name}/context", "Einsum", (attended, v), (context,), ((t_len, heads, value_dim),), None),
+        (f"{name}/output", "EinsumDense", (context,), out_ids, (tuple(int(d) for d in node.outputs[0].shape[1:]),),
+         op._output_dense),
+    ]
+    return steps
+
+
 def _walk(model: Any, backbone: Any = None) -> tuple[list[tuple[Any, LayerStats]], list[int], list[int], list[int]]:
     """Flattens a functional model (nested models inlined) into ledger rows in run order."""
     elements: list[int] = []
@@ -78,6 +153,10 @@ def _walk(model: Any, backbone: Any = None) -> tuple[list[tuple[Any, LayerStats]
 
     def new_tensor(kt: Any) -> int:
         elements.append(_elements(kt.shape))
+        return len(elements) - 1
+
+    def synthetic(shape: tuple[int, ...]) -> int:
+        elements.append(int(math.prod(shape)))
         return len(elements) - 1
 
     def visit(fn: Any, tensor_map: dict[int, int], in_backbone: bool) -> None:
@@ -97,40 +176,45 @@ def _walk(model: Any, backbone: Any = None) -> tuple[list[tuple[Any, LayerStats]
                 out_ids = tuple(new_tensor(kt) for kt in node.outputs)
                 for kt, t in zip(node.outputs, out_ids):
                     tensor_map[id(kt)] = t
-                trainable, frozen = [], []
-                shares = False
-                for v in getattr(op, "weights", []):
-                    if id(v) in seen_weights:
-                        shares = True
-                        continue
-                    seen_weights.add(id(v))
-                    size = int(math.prod(v.shape))
-                    (trainable if v.trainable else frozen).append(size)
                 policy = getattr(op, "dtype_policy", None)
                 f32 = bool(
                     policy is not None
                     and policy.compute_dtype == "float32"
                     and policy.name != global_policy
                 )
-                rows.append(
-                    (
-                        op,
-                        LayerStats(
-                            name=op.name,
-                            layer_type=type(op).__name__,
-                            input_ids=in_ids,
-                            output_ids=out_ids,
-                            output_shapes=tuple(tuple(kt.shape[1:]) for kt in node.outputs),
-                            trainable_weight_elements=tuple(trainable),
-                            non_trainable_weight_elements=tuple(frozen),
-                            activation=_activation_name(op),
-                            float32_compute=f32,
-                            in_backbone=in_backbone,
-                            shares_weights=shares,
-                            detail=_detail(op),
-                        ),
+                steps = _attention_steps(op, node, tensor_map, out_ids, synthetic)
+                if steps is None:
+                    steps = [(op.name, type(op).__name__, in_ids, out_ids,
+                              tuple(tuple(kt.shape[1:]) for kt in node.outputs), op)]
+                for name, layer_type, ins, outs, shapes, owner in steps:
+                    trainable, frozen = [], []
+                    shares = False
+                    for v in getattr(owner, "weights", []) if owner is not None else []:
+                        if id(v) in seen_weights:
+                            shares = True
+                            continue
+                        seen_weights.add(id(v))
+                        size = int(math.prod(v.shape))
+                        (trainable if v.trainable else frozen).append(size)
+                    rows.append(
+                        (
+                            op,
+                            LayerStats(
+                                name=name,
+                                layer_type=layer_type,
+                                input_ids=tuple(ins),
+                                output_ids=outs,
+                                output_shapes=shapes,
+                                trainable_weight_elements=tuple(trainable),
+                                non_trainable_weight_elements=tuple(frozen),
+                                activation=_activation_name(op) if owner is op else "linear",
+                                float32_compute=f32 or layer_type == "AttentionSoftmax",
+                                in_backbone=in_backbone,
+                                shares_weights=shares,
+                                detail=_detail(op) if owner is op else "",
+                            ),
+                        )
                     )
-                )
 
     model = _as_functional(model) or model
     if not _is_functional(model):
@@ -346,7 +430,12 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
         # Sparse integer labels, one per output position (a segmentation map has one per pixel),
         # as the engine's ledger counts them (``ModelProfile.label_elements``).
         out_shape = tuple(int(d) for d in model.outputs[0].shape[1:])
-        x = rng.random((batch, *(int(d) for d in model.inputs[0].shape[1:])), dtype=np.float32)
+        in_shape = (batch, *(int(d) for d in model.inputs[0].shape[1:]))
+        in_dtype = str(getattr(model.inputs[0], "dtype", "float32"))
+        if "int" in in_dtype:  # token ids for an Embedding: the values do not change the memory
+            x = rng.integers(0, 2, size=in_shape).astype(in_dtype)
+        else:
+            x = rng.random(in_shape, dtype=np.float32)
         y = rng.integers(0, out_shape[-1] if out_shape else 1, size=(batch, *out_shape[:-1]))
         # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
         # at 2^15 and halves on every step with non-finite gradients, skipping the update:

@@ -20,6 +20,10 @@ from calc.catalogue import ModelFile, ModelSpec
 from calc.types import LayerStats, ModelProfile
 
 PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
+# Bumped when the adapter reads layers that no Keras application has differently (stop 16:
+# MultiHeadAttention as its steps), so the shipped catalogue profiles stay valid while the
+# disk cache of a saved file's profile is rebuilt.
+FILE_LEDGER = 2
 SHIPPED_DIR = Path(__file__).parent / "data" / "profiles"
 
 
@@ -154,7 +158,7 @@ def _file_profile(spec: ModelFile) -> ModelProfile:
         if key in _memory:
             _memory.move_to_end(key)
             return _memory[key]
-    path = cache_dir() / f"{key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
+    path = cache_dir() / f"{key}-keras{_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
     profile = _read_cached(path)
     if profile is None:
         profile = profile_upload(data, spec.key, max_bytes=len(data) + 1)

@@ -28,6 +28,9 @@ class BackwardRule:
         extra_outputs: further tensors of the output's size kept (GELU's erf terms).
         mask_bytes_per_element: a boolean/byte mask of the output's size (Dropout).
         aliases_input: the output is a view of the input (Reshape, Flatten): no memory.
+        casts_to_compute: the output is the input cast to the compute dtype: a view under
+            float32 (``tf.cast`` to the same dtype returns its input), a new tensor under
+            mixed precision.
         forward_scratch: temporaries of the output's size live while the layer runs.
         backward_scratch: temporaries of the input's size live while its gradient runs.
         upcasts: the layer casts a 16-bit input to float32 first and works on that
@@ -41,6 +44,7 @@ class BackwardRule:
     extra_outputs: float = 0.0
     mask_bytes_per_element: int = 0
     aliases_input: bool = False
+    casts_to_compute: bool = False
     forward_scratch: float = 0.0
     backward_scratch: float = 0.0
     upcasts: bool = False
@@ -168,6 +172,31 @@ LAYER_RULES: dict[str, BackwardRule] = {
     # 160 px b8 SGD peaked at 615 MiB; counted as unknown (keeping inputs and output)
     # the estimate was 748 MiB.
     "CustomScaleLayer": NOTHING,
+    # The steps of a MultiHeadAttention call (calc.keras_adapter._attention_steps). An
+    # einsum of two tensors is a batched matmul: each input's gradient reads the other.
+    "Einsum": KEEPS_INPUT,
+    # ops.dot_product_attention on TensorFlow: the scores cast to float32 and scaled (a
+    # second scores-sized tensor while the softmax runs), softmax in float32, its output
+    # kept; the gradient (g - sum(g * y)) * y holds one more scores-sized temporary.
+    "AttentionSoftmax": BackwardRule(keeps_output=True, forward_scratch=1.0, backward_scratch=1.0),
+    "Cast": BackwardRule(casts_to_compute=True),
+    # Embedding: a gather from the table; its gradient is the output's gradient scattered
+    # by the (integer, model-input) indices, so nothing of the forward pass is kept.
+    "Embedding": NOTHING,
+    "GlobalMaxPooling1D": BackwardRule(keeps_input=True, keeps_output=True),
+    "AveragePooling1D": NOTHING,
+    # Preprocessing and augmentation layers inside a model: they act on the model's input,
+    # which needs no gradient, and have no weights, so no backward pass reaches them; each
+    # makes its output (image transforms via ImageProjectiveTransformV3).
+    "RandomFlip": NOTHING,
+    "RandomRotation": NOTHING,
+    "RandomZoom": NOTHING,
+    "RandomTranslation": NOTHING,
+    "RandomContrast": NOTHING,
+    "RandomBrightness": NOTHING,
+    "RandomCrop": NOTHING,
+    "Resizing": NOTHING,
+    "CenterCrop": NOTHING,
 }
 
 

@@ -453,6 +453,18 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("resnet20", 256, "adam", precision="mixed_bfloat16"),
     _file_case("autoencoder", 32, "adam"),
     _file_case("autoencoder", 64, "adamw", precision="mixed_float16"),
+    # A fourth (stop 16): Keras examples with attention, embeddings and augmentation layers,
+    # their rules (calc.rules, calc.keras_adapter._attention_steps) written before measuring.
+    _file_case("vit_tiny", 64, "adam"),
+    _file_case("vit_tiny", 32, "adamw", precision="mixed_float16"),
+    _file_case("vit_tiny", 96, "sgd", precision="mixed_bfloat16", momentum=True),
+    _file_case("text_transformer", 128, "adam"),
+    _file_case("text_transformer", 256, "rmsprop", precision="mixed_float16"),
+    _file_case("text_cnn", 64, "adam"),
+    _file_case("text_cnn", 256, "nadam", precision="mixed_bfloat16"),
+    _file_case("augmented_xception", 16, "adam"),
+    _file_case("augmented_xception", 32, "sgd", precision="mixed_float16", momentum=True),
+    _file_case("augmented_xception", 16, "adamw", mode="last_n", last_n=10),
 )
 
 
