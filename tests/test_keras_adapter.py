@@ -57,6 +57,39 @@ def test_unknown_layer_is_reported(keras):
     assert profile_model(model).unknown_layer_types == ("Mystery",)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_multi_head_attention_is_read_as_its_steps(keras, dropout):
+    # Its probabilities grow with the square of the sequence: heads x T x S per sample,
+    # which no multiple of the layer's input or output describes.
+    from calc.keras_adapter import profile_model
+
+    L = keras.layers
+    x_in = keras.Input((40, 24))
+    query = L.Dense(24)(x_in)
+    memory = keras.Input((30, 16))
+    out = L.MultiHeadAttention(num_heads=3, key_dim=8, value_dim=5, dropout=dropout, name="mha")(query, memory)
+    model = keras.Model([x_in, memory], L.GlobalAveragePooling1D()(out))
+    p = profile_model(model)
+    assert p.unknown_layer_types == ()
+    rows = {l.name: l for l in p.layers if l.name.startswith("mha/")}
+    softmax = "mha/softmax"
+    expected = ["mha/query", "mha/key", "mha/value", "mha/scores", softmax, "mha/context", "mha/output"]
+    expected += ["mha/scale", "mha/dropout"] if dropout else ["mha/cast"]
+    assert sorted(rows) == sorted(expected)
+    size = lambda name, k=0: p.tensor_elements[rows[name].output_ids[k]]  # noqa: E731
+    assert size("mha/query") == 40 * 3 * 8 and size("mha/key") == 30 * 3 * 8 and size("mha/value") == 30 * 3 * 5
+    assert size("mha/scores") == size(softmax) == 3 * 40 * 30
+    assert size("mha/context") == 40 * 3 * 5 and size("mha/output") == 40 * 24
+    assert rows[softmax].layer_type == ("Softmax" if dropout else "AttentionSoftmax")
+    # The projections carry the layer's weights (kernel and bias each), counted once.
+    assert rows["mha/query"].trainable_weight_elements == (24 * 3 * 8, 3 * 8)
+    assert rows["mha/key"].trainable_weight_elements == (16 * 3 * 8, 3 * 8)
+    assert rows["mha/output"].trainable_weight_elements == (3 * 5 * 24, 24)
+    assert sum(l.trainable_params for l in rows.values()) == model.get_layer("mha").count_params()
+    assert rows["mha/key"].input_ids == rows["mha/value"].input_ids == (p.input_ids[1],)
+    assert rows["mha/output"].output_ids[0] in p.layers[-1].input_ids
+
+
 def test_subclassed_model_is_refused(keras):
     from calc.keras_adapter import profile_model
 
@@ -121,6 +154,30 @@ def test_an_own_saved_model_is_measured_and_estimated_alike(keras, tmp_path, pre
     m = measure_training_step(spec, config, repeats=3, timeout_s=300)
     profile = get_profile(spec)
     assert not profile.unknown_layer_types and profile.label_elements == 64 * 64
+    predicted = estimate_memory(profile, config).peak_bytes
+    assert abs(predicted - m.peak_bytes) / m.peak_bytes <= 0.15, (predicted, m.peaks_bytes)
+
+
+def test_an_own_attention_model_with_token_ids_is_measured_and_estimated_alike(keras, tmp_path):
+    """Embedding on integer token ids, self-attention without dropout: within 15 %."""
+    from calc.catalogue import ModelFile
+    from calc.estimate import estimate_memory
+    from calc.measure import measure_training_step
+    from calc.profiles import get_profile
+    from calc.types import TrainingConfig
+
+    L = keras.layers
+    inp = keras.Input((128,), dtype="int32")
+    x = L.Embedding(1000, 32)(inp)
+    x = L.Add()([x, L.MultiHeadAttention(num_heads=4, key_dim=16)(x, x)])
+    out = L.Dense(2, activation="softmax")(L.GlobalMaxPooling1D()(L.LayerNormalization()(x)))
+    path = tmp_path / "attention.keras"
+    keras.Model(inp, out).save(path)
+    spec = ModelFile(str(path))
+    config = TrainingConfig(batch_size=64, optimizer="adam")
+    m = measure_training_step(spec, config, repeats=3, timeout_s=300)
+    profile = get_profile(spec)
+    assert not profile.unknown_layer_types
     predicted = estimate_memory(profile, config).peak_bytes
     assert abs(predicted - m.peak_bytes) / m.peak_bytes <= 0.15, (predicted, m.peaks_bytes)
 
