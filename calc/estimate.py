@@ -31,6 +31,7 @@ from calc.types import (
     Device,
     MemoryBreakdown,
     ModelProfile,
+    Optimizer,
     Precision,
     TrainingConfig,
     TrainMode,
@@ -848,8 +849,18 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     # (gradient bytes, largest variable, early temporaries, layer); recorded events mark each
     # layer's update with ("u", layer index), which ``replay`` passes over and
     # benchmarks/warmup_sim.py uses to make the first step's slot buffers there.
+    # An Embedding's gradient is tf.IndexedSlices: its values are the output's gradient, one
+    # row per looked-up token (float32, the table's dtype), not a table-sized tensor. Keras'
+    # optimizers densify it where an op mixes it with a slot (UnsortedSegmentSum, table-sized,
+    # in the update's scratch) and run element-wise ops on the values (Adam's square, SGD's
+    # lr * g: one values-sized temporary more). Traced: text_cnn b64 adam peaks at the
+    # table's update with adam/Square (15.6 MiB, the values) and UnsortedSegmentSum_1.
+    sparse_values = [FLOAT32 * sum(profile.tensor_elements[t] for t in layer.output_ids)
+                     if layer.layer_type == "Embedding" else 0 for layer in layers]
     pending_updates: list[tuple[int, int, int, int]] = []
     per_update = update_scratch(config.optimizer, config.optimizer_options)
+    # Plain SGD scatters lr * values into the table and never densifies.
+    densifies = config.optimizer is not Optimizer.SGD or config.optimizer_options.momentum
     lag = len(layers) if waits_for_all else GRADIENT_LAG
 
     def largest_of(layer):
@@ -876,8 +887,12 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 grad_live[t] = True
                 ledger.add(TRANS, nbytes[t])
         if has_weights[i]:
-            grad_bytes = sum(counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements)
-            ledger.fixed[G] += grad_bytes
+            if sparse_values[i]:
+                grad_bytes = 0
+                ledger.add(G, sparse_values[i])
+            else:
+                grad_bytes = sum(counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements)
+                ledger.fixed[G] += grad_bytes
             pending_updates.append((grad_bytes, largest_of(layer), early_bytes[i], i))
         scratch_now = 0
         while len(pending_updates) > lag:
@@ -886,7 +901,10 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 ledger.events.append(("u", updated))
             ledger.fixed[G] -= grad_bytes
             ledger.fixed[OTHER] -= early_now  # consumed by the update (its scratch counts them)
-            scratch_now = max(scratch_now, per_update * biggest)
+            scratch_now = max(scratch_now, (per_update if densifies or not sparse_values[updated] else 0) * biggest)
+            if sparse_values[updated]:
+                ledger.remove(G, sparse_values[updated])
+                extra.append(sparse_values[updated])
         if has_weights[i]:
             scratch_now += _grouped_depthwise_scratch(layer, profile, config.device)
         scratch_now += half_backward[i][0]
@@ -905,13 +923,17 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             ledger.remove(ACT, size)
         ledger.fixed[ACT] -= private_fixed[i]
 
-    largest = max((b for _, b, _, _ in pending_updates), default=0)
+    largest = max((b for _, b, _, i in pending_updates if not sparse_values[i]), default=0)
+    largest_sparse = max((b for _, b, _, i in pending_updates if sparse_values[i]), default=0)
+    sparse_now = tuple(sparse_values[i] for *_, i in pending_updates if sparse_values[i])[:1]
     # The early temporaries of the variables still pending are in the ledger already, and
     # so is each pending gradient (under gradients): the update's scratch, which counts its
     # gradient, adds only the rest. Under mixed_float16 the update reads the unscaled copy
     # of every gradient that the loss scale's cond makes, a buffer beyond the pending one.
     # (Counted twice, an MLP whose first kernel dominates was +45 %: mlp.keras b64 sgd.)
     scratch_fixed = max(0, per_update - early - (0 if waits_for_all else 1)) * largest
+    # A sparse gradient's dense form is made by the update itself: not counted yet.
+    scratch_fixed = max(scratch_fixed, max(0, per_update - early) * largest_sparse if densifies else 0)
     if waits_for_all:
         # mixed_float16: every update starts together inside the loss scale's cond, and
         # the peak holds temporaries of many variables at once (calc.optimizers.
@@ -922,7 +944,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         scratch_fixed = max(0, scratch_fixed - together)
     if ledger.events is not None:
         ledger.events.extend(("u", i) for *_, i in pending_updates)
-    ledger.snapshot(UPDATE_PHASE, extra_fixed=scratch_fixed)
+    ledger.snapshot(UPDATE_PHASE, extra_fixed=scratch_fixed, extra_per_sample=sparse_now)
     kept = [sum(private[i]) for i in range(len(layers))]
     for t in range(n_tensors):
         if keepers_at_start[t] and producer[t] != -1:

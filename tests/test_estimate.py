@@ -458,3 +458,44 @@ def test_a_profiles_hash_is_computed_once_and_follows_equality():
     assert hash(pickle.loads(pickle.dumps(profile))) == hash(profile) == hash(copy.deepcopy(profile))
     assert dataclasses.asdict(profile).keys() == {f.name for f in dataclasses.fields(profile)}
 
+
+
+def test_a_cast_to_the_compute_dtype_is_free_in_float32_and_a_tensor_under_mixed_precision():
+    # ops.dot_product_attention casts its float32 softmax back to the compute dtype
+    # (calc.keras_adapter._attention_steps): tf.cast to the same dtype returns its input.
+    def chain(kind):
+        return chain_profile(sizes=(65536,) * 3, types=("Conv2D", kind, "Einsum"), weights=((147456, 64), (), ()))
+
+    for precision, extra in (("float32", 0), ("mixed_bfloat16", expected_counted(2 * 65536 * 4))):
+        config = TrainingConfig(batch_size=4, optimizer="sgd", precision=precision)
+        cast, view = step_timeline(chain("Cast"), config), step_timeline(chain("Identity"), config)
+        added = {phase: a - b for (phase, a), (_, b) in zip(cast, view)}
+        # Under mixed precision the cast's output is a second tensor beside its input while
+        # the cast runs; never more than that one tensor.
+        assert added["forward l1"] == extra and max(added.values()) == extra and min(added.values()) == 0
+
+
+@pytest.mark.parametrize("optimizer, momentum, densifies", [("sgd", False, False), ("sgd", True, True),
+                                                            ("adam", False, True)])
+def test_an_embeddings_gradient_is_its_looked_up_rows_not_its_table(optimizer, momentum, densifies):
+    # tf.IndexedSlices: one float32 row per token looked up (the output's gradient), held
+    # until the table's update; Keras' optimizers densify it (table-sized tensors, the
+    # update's scratch beyond the early temporaries) where they mix it with a slot, and run
+    # one element-wise op on the rows (Adam's square, SGD's lr * g). Plain SGD scatters
+    # lr * rows into the table: nothing table-sized.
+    from calc.optimizers import update_scratch
+
+    tokens, width, vocabulary, batch = 64, 256, 8192, 16
+    profile = chain_profile(sizes=(tokens * width, width, 16), types=("Embedding", "GlobalAveragePooling1D", "Dense"),
+                            weights=((vocabulary * width,), (), (width * 16, 16)), head_weights=(160, 10))
+    options = OptimizerOptions(momentum=momentum)
+    b = estimate_memory(profile, TrainingConfig(batch_size=batch, optimizer=optimizer, optimizer_options=options))
+    rows, table = expected_counted(4 * tokens * width * batch), expected_counted(4 * vocabulary * width)
+    copies = update_scratch(Optimizer(optimizer), options) - early_temporaries(Optimizer(optimizer), options)
+    # The rows (under gradients; the small Dense kernels are below the tracked size), and
+    # the update's own temporaries: the densified table and one more rows-sized tensor.
+    at_update = rows + (copies * table if densifies else 0) + rows
+    resident = b.weights_bytes + b.optimizer_state_bytes + b.other_bytes + b.input_batch_bytes
+    assert b.peak_bytes == resident + at_update
+    if densifies:
+        assert b.peak_phase == "optimizer update" and b.gradients_bytes == rows
