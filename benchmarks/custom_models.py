@@ -14,7 +14,9 @@ convnet, ResNet-20 for CIFAR and a convolutional autoencoder (the third); then m
 Keras's own examples with layers the first three lacked: a small ViT and a text transformer
 (MultiHeadAttention, with and without dropout), a text CNN (Embedding, GlobalMaxPooling1D)
 and the image-classification-from-scratch network with its augmentation layers inside
-(the fourth, stop 16).
+(the fourth, stop 16); then a transfer-learning file with MobileNetV2 nested in it, the
+Keras DCGAN discriminator, a tabular Dense -> BatchNormalization network and the Keras
+Oxford-pets segmentation network (the fifth).
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so each file stays a few KiB. The files are data for
@@ -305,11 +307,85 @@ def _augmented_xception(keras):
     return keras.Model(inp, L.Dense(2, activation="softmax")(x), name="augmented_xception")
 
 
+def _transfer_mobilenet(keras):
+    """The usual transfer-learning file: MobileNetV2 (no top) nested in a model with a new head."""
+    L = keras.layers
+    base = keras.applications.MobileNetV2(weights=None, include_top=False, input_shape=(160, 160, 3))
+    inp = keras.Input((160, 160, 3))
+    x = L.Rescaling(1.0 / 127.5, offset=-1)(inp)
+    x = base(x)
+    x = L.GlobalAveragePooling2D()(x)
+    x = L.Dropout(0.2)(x)
+    return keras.Model(inp, L.Dense(5, activation="softmax")(x), name="transfer_mobilenet")
+
+
+def _dcgan_discriminator(keras):
+    """The Keras DCGAN example's discriminator: strided convolutions with LeakyReLU."""
+    L = keras.layers
+    inp = keras.Input((64, 64, 3))
+    x = inp
+    for filters in (64, 128, 128):
+        x = L.Conv2D(filters, 4, strides=2, padding="same")(x)
+        x = L.LeakyReLU(negative_slope=0.2)(x)
+    x = L.Flatten()(x)
+    x = L.Dropout(0.2)(x)
+    return keras.Model(inp, L.Dense(2, activation="softmax")(x), name="dcgan_discriminator")
+
+
+def _tabular_bn(keras):
+    """A tabular network: Dense -> BatchNormalization -> ReLU -> Dropout blocks on 64 features."""
+    L = keras.layers
+    inp = keras.Input((64,))
+    x = inp
+    for units in (512, 512, 256):
+        x = L.Dense(units)(x)
+        x = L.BatchNormalization()(x)
+        x = L.ReLU()(x)
+        x = L.Dropout(0.3)(x)
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="tabular_bn")
+
+
+def _segmentation_xception(keras):
+    """The Keras Oxford-pets segmentation model (Xception-style U-Net), 128 px, 3 classes."""
+    L = keras.layers
+    inp = keras.Input((128, 128, 3))
+    x = L.Conv2D(32, 3, strides=2, padding="same")(inp)
+    x = L.BatchNormalization()(x)
+    x = L.Activation("relu")(x)
+    previous = x
+    for filters in (64, 128, 256):
+        x = L.Activation("relu")(x)
+        x = L.SeparableConv2D(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Activation("relu")(x)
+        x = L.SeparableConv2D(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.MaxPooling2D(3, strides=2, padding="same")(x)
+        residual = L.Conv2D(filters, 1, strides=2, padding="same")(previous)
+        x = L.Add()([x, residual])
+        previous = x
+    for filters in (256, 128, 64, 32):
+        x = L.Activation("relu")(x)
+        x = L.Conv2DTranspose(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Activation("relu")(x)
+        x = L.Conv2DTranspose(filters, 3, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.UpSampling2D(2)(x)
+        residual = L.UpSampling2D(2)(previous)
+        residual = L.Conv2D(filters, 1, padding="same")(residual)
+        x = L.Add()([x, residual])
+        previous = x
+    return keras.Model(inp, L.Conv2D(3, 3, activation="softmax", padding="same")(x), name="segmentation_xception")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
             "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
             "autoencoder": _autoencoder, "vit_tiny": _vit_tiny, "text_transformer": _text_transformer,
-            "text_cnn": _text_cnn, "augmented_xception": _augmented_xception}
+            "text_cnn": _text_cnn, "augmented_xception": _augmented_xception,
+            "transfer_mobilenet": _transfer_mobilenet, "dcgan_discriminator": _dcgan_discriminator,
+            "tabular_bn": _tabular_bn, "segmentation_xception": _segmentation_xception}
 
 
 def main() -> None:

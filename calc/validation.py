@@ -465,6 +465,18 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("augmented_xception", 16, "adam"),
     _file_case("augmented_xception", 32, "sgd", precision="mixed_float16", momentum=True),
     _file_case("augmented_xception", 16, "adamw", mode="last_n", last_n=10),
+    # A fifth (stop 16): a transfer-learning file, a GAN discriminator, a tabular network and
+    # a segmentation network, predicted with and without a floor by the allocator simulation.
+    _file_case("transfer_mobilenet", 32, "adam"),
+    _file_case("transfer_mobilenet", 64, "sgd", precision="mixed_float16", momentum=True),
+    _file_case("transfer_mobilenet", 32, "adam", mode="frozen_backbone"),
+    _file_case("transfer_mobilenet", 16, "rmsprop", precision="mixed_bfloat16", mode="last_n", last_n=20),
+    _file_case("dcgan_discriminator", 64, "adam"),
+    _file_case("dcgan_discriminator", 128, "rmsprop", precision="mixed_bfloat16"),
+    _file_case("tabular_bn", 1024, "adam"),
+    _file_case("tabular_bn", 4096, "sgd"),
+    _file_case("segmentation_xception", 16, "adam"),
+    _file_case("segmentation_xception", 8, "adamw", precision="mixed_float16"),
 )
 
 
