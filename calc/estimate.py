@@ -243,6 +243,8 @@ def _tensors(multiple: float, size: int) -> list[int]:
 
 # Layers whose forward is elementwise on one input: TensorFlow can run them in place.
 _ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
+_GRADIENT_IN_PLACE = {"Activation", "ReLU", "LeakyReLU", "ELU"}
+_GRADIENT_IN_PLACE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "sigmoid", "tanh", "leaky_relu"}
 
 
 # TensorFlow merges identical stateless ops that read the same tensors before it runs a
@@ -277,8 +279,9 @@ def _writes_in_place(layer, inference, precision, alias, producer, last_forward_
     elementwise = layer.layer_type in _ELEMENTWISE or (normalization and inference)
     if not elementwise or alias[target] != target or producer[source] == -1:
         return False
-    if layer.layer_type == "Dropout" and not inference:
-        return False  # training-mode dropout multiplies by a fresh mask: a new tensor
+    # Training-mode Dropout too: Keras 3's stateless dropout is select(mask, x * scale, 0),
+    # both ops forward x's buffer (traced: dcgan_discriminator b64, no allocation for the
+    # [64, 8192] output; the random uniform is made at the step's start and dies there).
     if normalization and precision.is_mixed:
         return False  # it works on a float32 copy, then casts back
     return (last_forward_use[source] == i and keepers[source] == 0 and source not in outputs
@@ -878,8 +881,30 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         out_bytes = [nbytes[t] for t in layer.output_ids]
         extra = [x for b in in_bytes for x in _tensors(rule.backward_scratch, b)]
         extra += [x for b in out_bytes for x in _tensors(act.backward_scratch, b)]
+        if has_weights[i] and rule.input_for_weights_only:
+            # The weight gradient runs first (the one inter-op thread runs the last-made
+            # ready op inline: Conv2DBackpropFilter before Conv2DBackpropInput); an input
+            # kept for it alone is freed before the input's gradient is made.
+            inputs = {alias[x] for x in layer.input_ids}
+            for t in kept_ids[i]:
+                if t in inputs and keepers[t] == 1 and live[t] and requires_grad[t]:
+                    ledger.remove(ACT, nbytes[t])
+                    live[t] = False
+        in_place = (layer.layer_type in _GRADIENT_IN_PLACE and not has_weights[i] and len(layer.input_ids) == 1
+                    and len(layer.output_ids) == 1 and (layer.layer_type != "Activation"
+                                                         or layer.activation in _GRADIENT_IN_PLACE_ACTIVATIONS))
+        if in_place:
+            source, target = alias[layer.input_ids[0]], alias[layer.output_ids[0]]
+            in_place = (requires_grad[source] and not grad_live[source] and grad_live[target]
+                        and source != target and nbytes[source] == nbytes[target])
+        if in_place:
+            # An element-wise gradient (ReluGrad, LeakyReluGrad, ...) writes into the
+            # buffer of the output's gradient, which nothing else reads (TensorFlow's
+            # BinaryElementWiseOp forwards an input buffer). Traced: dcgan_discriminator
+            # b64 adam, no allocation for LeakyReluGrad.
+            grad_live[target], grad_live[source] = False, True
         for t in {alias[x] for x in layer.input_ids}:
-            if not requires_grad[t]:
+            if not requires_grad[t] or in_place:
                 continue
             if grad_live[t]:
                 extra.append(nbytes[t])  # a second contribution, added into the first
