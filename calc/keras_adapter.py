@@ -90,10 +90,10 @@ def _attention_steps(op: Any, node: Any, tensor_map: dict[int, int], out_ids: tu
     if type(op).__name__ != "MultiHeadAttention" or len(out_ids) != 1:
         return None
     args, kwargs = list(node.arguments.args), dict(node.arguments.kwargs)
-    if kwargs.get("return_attention_scores") or len(args) < 2 and "value" not in kwargs:
+    query = args[0] if args else kwargs.get("query")
+    value = args[1] if len(args) > 1 else kwargs.get("value")
+    if kwargs.get("return_attention_scores") or query is None or value is None:
         return None
-    query = args[0]
-    value = args[1] if len(args) > 1 else kwargs["value"]
     key = args[2] if len(args) > 2 else kwargs.get("key")
     key = value if key is None else key
     try:

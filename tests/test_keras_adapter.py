@@ -90,6 +90,20 @@ def test_multi_head_attention_is_read_as_its_steps(keras, dropout):
     assert rows["mha/output"].output_ids[0] in p.layers[-1].input_ids
 
 
+def test_multi_head_attention_called_with_keywords_or_returning_scores(keras):
+    from calc.keras_adapter import profile_model
+
+    L = keras.layers
+    x_in = keras.Input((20, 8))
+    by_name = L.MultiHeadAttention(num_heads=2, key_dim=4, name="named")(query=x_in, value=x_in)
+    out, _ = L.MultiHeadAttention(num_heads=2, key_dim=4, name="scores")(by_name, by_name, return_attention_scores=True)
+    p = profile_model(keras.Model(x_in, L.GlobalAveragePooling1D()(out)))
+    names = {l.name for l in p.layers}
+    assert "named/scores" in names
+    # With the scores returned the layer stays one row, reported as an unknown type.
+    assert "scores" in names and p.unknown_layer_types == ("MultiHeadAttention",)
+
+
 def test_subclassed_model_is_refused(keras):
     from calc.keras_adapter import profile_model
 
