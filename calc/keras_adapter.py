@@ -89,6 +89,14 @@ def _attention_steps(op: Any, node: Any, tensor_map: dict[int, int], out_ids: tu
     """
     if type(op).__name__ != "MultiHeadAttention" or len(out_ids) != 1:
         return None
+    try:
+        return _attention_step_rows(op, node, tensor_map, out_ids, synthetic)
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError):
+        return None  # a Keras whose layer differs: one row, reported as an unknown type
+
+
+def _attention_step_rows(op: Any, node: Any, tensor_map: dict[int, int], out_ids: tuple[int, ...],
+                         synthetic: Any) -> list[tuple] | None:
     args, kwargs = list(node.arguments.args), dict(node.arguments.kwargs)
     query = args[0] if args else kwargs.get("query")
     value = args[1] if len(args) > 1 else kwargs.get("value")
