@@ -277,6 +277,26 @@ def _text_cnn(keras):
     return keras.Model(inp, L.Dense(2, activation="softmax")(x), name="text_cnn")
 
 
+def _xception_entry(L, x, stem, sizes):
+    """The entry flow both Keras examples below share: a strided stem, then per size two
+    ReLU -> SeparableConv2D -> BatchNormalization, a strided max pool, and a strided 1x1
+    residual convolution added."""
+    x = L.Conv2D(stem, 3, strides=2, padding="same")(x)
+    x = L.BatchNormalization()(x)
+    x = L.Activation("relu")(x)
+    previous = x
+    for size in sizes:
+        for _ in range(2):
+            x = L.Activation("relu")(x)
+            x = L.SeparableConv2D(size, 3, padding="same")(x)
+            x = L.BatchNormalization()(x)
+        x = L.MaxPooling2D(3, strides=2, padding="same")(x)
+        residual = L.Conv2D(size, 1, strides=2, padding="same")(previous)
+        x = L.Add()([x, residual])
+        previous = x
+    return x
+
+
 def _augmented_xception(keras):
     """The Keras image-classification-from-scratch model, its augmentation inside (128 px)."""
     L = keras.layers
@@ -284,21 +304,7 @@ def _augmented_xception(keras):
     x = L.RandomFlip("horizontal")(inp)
     x = L.RandomRotation(0.1)(x)
     x = L.Rescaling(1.0 / 255)(x)
-    x = L.Conv2D(128, 3, strides=2, padding="same")(x)
-    x = L.BatchNormalization()(x)
-    x = L.Activation("relu")(x)
-    previous = x
-    for size in (256, 512, 728):
-        x = L.Activation("relu")(x)
-        x = L.SeparableConv2D(size, 3, padding="same")(x)
-        x = L.BatchNormalization()(x)
-        x = L.Activation("relu")(x)
-        x = L.SeparableConv2D(size, 3, padding="same")(x)
-        x = L.BatchNormalization()(x)
-        x = L.MaxPooling2D(3, strides=2, padding="same")(x)
-        residual = L.Conv2D(size, 1, strides=2, padding="same")(previous)
-        x = L.Add()([x, residual])
-        previous = x
+    x = _xception_entry(L, x, 128, (256, 512, 728))
     x = L.SeparableConv2D(1024, 3, padding="same")(x)
     x = L.BatchNormalization()(x)
     x = L.Activation("relu")(x)
@@ -349,21 +355,8 @@ def _segmentation_xception(keras):
     """The Keras Oxford-pets segmentation model (Xception-style U-Net), 128 px, 3 classes."""
     L = keras.layers
     inp = keras.Input((128, 128, 3))
-    x = L.Conv2D(32, 3, strides=2, padding="same")(inp)
-    x = L.BatchNormalization()(x)
-    x = L.Activation("relu")(x)
+    x = _xception_entry(L, inp, 32, (64, 128, 256))
     previous = x
-    for filters in (64, 128, 256):
-        x = L.Activation("relu")(x)
-        x = L.SeparableConv2D(filters, 3, padding="same")(x)
-        x = L.BatchNormalization()(x)
-        x = L.Activation("relu")(x)
-        x = L.SeparableConv2D(filters, 3, padding="same")(x)
-        x = L.BatchNormalization()(x)
-        x = L.MaxPooling2D(3, strides=2, padding="same")(x)
-        residual = L.Conv2D(filters, 1, strides=2, padding="same")(previous)
-        x = L.Add()([x, residual])
-        previous = x
     for filters in (256, 128, 64, 32):
         x = L.Activation("relu")(x)
         x = L.Conv2DTranspose(filters, 3, padding="same")(x)

@@ -104,10 +104,7 @@ def _attention_step_rows(op: Any, node: Any, tensor_map: dict[int, int], out_ids
         return None
     key = args[2] if len(args) > 2 else kwargs.get("key")
     key = value if key is None else key
-    try:
-        ids = [tensor_map[id(t)] for t in (query, key, value)]
-    except (KeyError, TypeError):
-        return None
+    ids = [tensor_map[id(t)] for t in (query, key, value)]  # a miss: the caller's fallback
     if any(len(t.shape) != 3 for t in (query, key, value)) or tuple(op._attention_axes or (1,)) != (1,):
         return None
     heads, key_dim = int(op.num_heads), int(op.key_dim)
