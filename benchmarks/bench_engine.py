@@ -64,7 +64,7 @@ def frozen(names):
 
     def cold(fn, keep_events=False):
         def run():
-            engine._allocator_peaks.cache_clear()
+            engine._history_peak.cache_clear()
             engine._plan.cache_clear()
             if not keep_events:
                 engine._allocator_events.cache_clear()

@@ -1056,27 +1056,37 @@ def estimate_memory(profile: ModelProfile, config: TrainingConfig) -> MemoryBrea
     batch = config.per_replica_batch
     m = plan.peak_moment(batch)
     parts = m.components(batch)
-    simulated = _allocator_peak(profile, _without_batch(config), batch) if _simulates_allocator(config) else 0
-    return MemoryBreakdown(*parts, peak_phase=m.phase, allocator_bytes=max(0, simulated - sum(parts)))
+    walk = sum(parts)
+    floored = _floored(profile, _without_batch(config), batch, walk)
+    return MemoryBreakdown(*parts, peak_phase=m.phase, allocator_bytes=floored - walk)
 
 
-def _simulates_allocator(config: TrainingConfig) -> bool:
-    """Whether the step runs part of the model in inference, where chunk waste decides the peak.
+def _floored(profile: ModelProfile, config: TrainingConfig, batch: int, walk: int) -> int:
+    """The walk's peak at this batch, raised to the simulated allocator's where that is more.
 
-    A frozen backbone's forward pass frees each feature map soon after making it, so
-    the peak is a few large tensors in whole chunks (docs/BFC_SIM.md: the walk alone
-    missed frozen MobileNetV2 / DenseNet121 by up to -32 %). In full training the walk's
-    fitted ``FRAGMENTATION`` is kept: on the 112 full-training validation cases the
-    simulation has the lower median |error| (2.3 % against the walk's 2.9 %) but
-    under-predicts 59 of them (the walk 34), 15 by more than 5 % (the walk 5), and misses
-    VGG16 by up to +42 % (``python benchmarks/full_training_variants.py``;
-    docs/MEASUREMENTS.md, stops 10 and 11), ConvNeXt included. Flooring the walk by the
-    smaller of the two histories' simulated peaks (stop 15): more than 5 % low 12 -> 3 of
-    the 181 in sample, the same median; on the fourteenth holdout, predicted both ways, the
-    same median and max with one fewer under; on own models an MLP +45 -> +71 %; and ~0.9 s
-    more per configuration for the dashboard's curve. Not adopted.
+    The walk counts each tensor at its size plus the fitted ``FRAGMENTATION``; the
+    simulation (``calc.allocator.BFC`` over the walk's own requests, after two histories
+    of the resident pool, ``_allocator_peaks``) hands out whole chunks.
+
+    - With part of the model in inference (frozen backbone, last N layers), the larger of
+      the two histories: a frozen forward pass frees each feature map soon after making
+      it, so the peak is a few large tensors in whole chunks (docs/BFC_SIM.md: the walk
+      alone missed frozen MobileNetV2 / DenseNet121 by up to -32 %).
+    - In full training, the smaller of the two. Not adopted at stop 15 (an MLP +45 ->
+      +71 %, no better on a holdout); after stop 16's changes to the walk it keeps the
+      median and cuts the under-predictions: on the 181 CPU full-training cases median
+      |error| 2.38 -> 2.40 %, more than 5 % low 13 -> 3 (worst -15.9 -> -6.4 %), beyond
+      10 % 6 -> 8 (all over); on the 44 own-model full-training cases median 8.0 -> 6.6 %,
+      more than 5 % low 19 -> 13, worst -35.5 -> -27.9 % (docs/MEASUREMENTS.md, stop 17;
+      ``python benchmarks/full_training_floors.py``). The second history is replayed only
+      when the first is above the walk.
     """
-    return config.train_mode is not TrainMode.ALL
+    first = _history_peak(profile, config, batch, True)
+    if config.train_mode is not TrainMode.ALL:
+        return max(walk, first, _history_peak(profile, config, batch, False))
+    if first <= walk:
+        return walk
+    return max(walk, min(first, _history_peak(profile, config, batch, False)))
 
 
 @lru_cache(maxsize=64)
@@ -1179,29 +1189,32 @@ def _allocator_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -
     return max(_allocator_peaks(profile, config, batch))
 
 
-@lru_cache(maxsize=8192)
 def _allocator_peaks(profile: ModelProfile, config: TrainingConfig, batch: int) -> tuple[int, int]:
+    """The simulated peaks after the two histories: drawn kernels, then one value per variable."""
+    return _history_peak(profile, config, batch, True), _history_peak(profile, config, batch, False)
+
+
+@lru_cache(maxsize=16384)
+def _history_peak(profile: ModelProfile, config: TrainingConfig, batch: int, drawn: bool) -> int:
     # The real pool's layout before the step also depends on what the build, the compile
     # and the first step allocate beside the variables, which the walk does not know, and
     # the step's peak is sensitive to it (docs/MEASUREMENTS.md, stop 8: Xception 299 px
     # frozen moves by 140 MiB with the head's optimizer). So the step is replayed after
     # two histories, the measured per-variable pattern and the one-value-per-variable
-    # one, and the larger peak is kept. On the 99 frozen points: median |error| 4.2 %,
-    # 8 points more than 5 % low and 2 more than 10 % low (each history alone: 4.0 / 3.2 %
-    # median, 12 / 11 more than 5 % low, 5 / 6 more than 10 % low).
+    # one (``_floored`` takes the larger for frozen steps, the smaller in full training).
+    # On the 99 frozen points, the larger: median |error| 4.2 %, 8 points more than 5 %
+    # low and 2 more than 10 % low (each history alone: 4.0 / 3.2 % median, 12 / 11 more
+    # than 5 % low, 5 / 6 more than 10 % low).
     events = _allocator_events(profile, config)
-    peaks = []
-    for drawn in (True, False):
-        bfc = BFC.restored(_resident_state(profile, config, drawn))
-        # The protocol's warm-up step leaves regions the measured step reuses. Replaying
-        # the walk's own step first gave the same peaks on the 41 measured frozen points,
-        # at twice the cost, so the step is replayed once; the real warm-up differs from
-        # later steps by copying the optimizer's slots among its tensors, which sets the
-        # real layout (docs/BFC_SIM.md, stop 9) and is not modelled yet.
-        bfc.reset_peak()
-        replay(bfc, events, batch)
-        peaks.append(bfc.peak)
-    return peaks[0], peaks[1]
+    bfc = BFC.restored(_resident_state(profile, config, drawn))
+    # The protocol's warm-up step leaves regions the measured step reuses. Replaying
+    # the walk's own step first gave the same peaks on the 41 measured frozen points,
+    # at twice the cost, so the step is replayed once; the real warm-up differs from
+    # later steps by copying the optimizer's slots among its tensors, which sets the
+    # real layout (docs/BFC_SIM.md, stop 9) and is not modelled yet.
+    bfc.reset_peak()
+    replay(bfc, events, batch)
+    return bfc.peak
 
 
 def replay(pool, events, batch: int, live: dict | None = None) -> dict:
@@ -1233,10 +1246,8 @@ def memory_curve(profile: ModelProfile, config: TrainingConfig, batch_sizes: ran
     if not per_device:
         return []
     linear = [int(v) for v in _totals(plan.moments, per_device).max(axis=0)]
-    if not _simulates_allocator(config):
-        return linear
     base = _without_batch(config)
-    return [max(v, _allocator_peak(profile, base, b)) for v, b in zip(linear, per_device)]
+    return [_floored(profile, base, b, v) for v, b in zip(linear, per_device)]
 
 
 def max_batch_size(
@@ -1252,22 +1263,20 @@ def max_batch_size(
 
     Returns 0 when not even one sample per device fits; at most ``limit`` per
     device. Batches are multiples of ``num_gpus``. Peaks grow with the batch, so a
-    doubling search then a bisection finds the edge. Where the allocator is simulated
-    (``_simulates_allocator``) the peak can dip between neighbouring batches; the
-    search returns a batch that fits, and may miss a larger one past a jump.
+    doubling search then a bisection finds the edge. The simulated allocator
+    (``_floored``) can make the peak dip between neighbouring batches; the search
+    returns a batch that fits, and may miss a larger one past a jump.
     """
     if not 0.0 <= safety_margin < 1.0:
         raise ValueError(f"safety_margin must be in [0, 1). Received: safety_margin={safety_margin}")
     usable = int(budget_bytes * (1.0 - safety_margin)) - overhead_bytes
     plan = plan_step(profile, config)
 
-    simulated = _simulates_allocator(config)
     base = _without_batch(config)
 
     def fits(per_device: int) -> bool:
-        if max(m.total(per_device) for m in plan.moments) > usable:
-            return False
-        return not simulated or _allocator_peak(profile, base, per_device) <= usable
+        walk = max(m.total(per_device) for m in plan.moments)
+        return walk <= usable and _floored(profile, base, per_device, walk) <= usable
 
     if not fits(1):
         return 0

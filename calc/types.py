@@ -231,8 +231,8 @@ class MemoryBreakdown:
     other_bytes: int  # optimizer update temporaries beyond the running update's (calc.optimizers.EARLY_TEMPORARIES, BRANCH_TEMPORARIES)
     peak_phase: str = ""
     # Whole chunks the BFC allocator hands out beyond the tensors' sizes, where a
-    # simulation of it at this batch says more than the walk (calc.allocator; steps
-    # whose backbone runs in inference).
+    # simulation of it at this batch says more than the walk (calc.allocator,
+    # calc.estimate._floored).
     allocator_bytes: int = 0
 
     @property

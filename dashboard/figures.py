@@ -48,7 +48,7 @@ def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, d
     fig = go.Figure()
     for key, value in [*components.items(), ("framework_overhead", overhead)]:
         if key == "allocator" and not value:
-            continue  # only simulated where part of the model runs in inference
+            continue  # shown only where the simulated allocator says more than the walk
         fig.add_bar(x=["this step"], y=[value / divisor], name=LABELS[key], marker_color=COLORS[key],
                     hovertemplate=f"{LABELS[key]}: %{{y:.3f}} {unit}<extra></extra>")
     _hlines(fig, [(capacity / divisor, "dash", "black", f"GPU memory {capacity / divisor:.2f} {unit}", "top left")])

@@ -81,17 +81,17 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
     )
 
 
-def curve_batches(top: int, step: int, marks: tuple[int, ...], *, dense: int = 64, points: int = 320) -> tuple[int, ...]:
+def curve_batches(top: int, step: int, marks: tuple[int, ...], *, dense: int = 32, points: int = 96) -> tuple[int, ...]:
     """Global batches where the curve is evaluated: multiples of ``step`` (GPUs).
 
     Every batch up to ``dense`` devices' worth, then about ``points`` log-spaced ones up
-    to ``top``, plus the marked batches (current, largest that fits, the next one). In
-    full training the peak is linear in the batch between the few batches where the
-    allocator's chunk rules switch (calc/estimate.py), where it steps by up to ~1-2 %:
-    a few hundred points draw the curve of every batch to within that step on the
-    chart's log axis. With part of the model in inference the simulated allocator makes
-    the peak jump between neighbouring batches, and the line between drawn points is
-    only a guide. Every drawn point is exact.
+    to ``top`` (5 % apart up to 4096), plus the marked batches (current, largest that fits, the
+    next one). Every drawn point is the engine's estimate at that batch, which replays
+    the step through the allocator simulation (calc/estimate.py ``_floored``, 1-7 ms a
+    batch for catalogue models), so the count is what a change of model or optimizer
+    costs. Between chunk-size switches the walk is linear in the batch and the drawn
+    line is exact; where the simulated allocator makes the peak jump between
+    neighbouring batches, the line between drawn points is only a guide.
     """
     per_device_top = max(1, top // step)
     chosen = set(range(1, min(dense, per_device_top) + 1))

@@ -63,10 +63,11 @@ st.markdown(
 - **X, the input batch**: {n.batch} × {n.input_elements:,} × 4 B (+ labels) → **{f(b.input_batch_bytes)}**.
 - **R, allocator chunks**: TensorFlow's BFC allocator grows its pool by regions that double in size and hands a
   free chunk out whole unless it is at least twice the request (or 128 MiB more), so a tensor can hold up to about
-  twice its size. When part of the model runs in inference (frozen backbone, last N layers), the estimate replays
-  this step's allocations through a simulation of the allocator at batch {n.batch} and adds what it finds beyond
-  the sum above → **{f(b.allocator_bytes)}** (0 in full training, where each tensor's share is inside the terms
-  above as a measured 8 %).
+  twice its size. The terms above count each tensor at its size plus a measured 8 %. The estimate also replays
+  this step's allocations through a simulation of the allocator at batch {n.batch}, after two histories of the
+  pool, and adds what it finds beyond the sum above → **{f(b.allocator_bytes)}** (with part of the model in
+  inference, the larger of the two histories; in full training, the smaller, so 0 wherever either stays within
+  the 8 %).
 """
 )
 st.latex(

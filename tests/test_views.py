@@ -17,21 +17,23 @@ def test_curve_batches_are_multiples_of_the_gpus_and_keep_the_marks(top, step, m
     assert list(b) == sorted(set(b)) and all(x % step == 0 and 0 < x <= top for x in b)
     assert b[-1] == top // step * step and b[0] == step
     assert {m for m in marks if 0 < m <= top and m % step == 0} <= set(b)
-    assert len(b) <= 64 + 321 + len(marks)
+    assert len(b) <= 32 + 97 + len(marks)
 
 
 @pytest.mark.parametrize("model, optimizer", [("ResNet50", "adam"), ("MobileNetV2", "sgd"), ("VGG16", "adamw")])
 def test_the_sampled_curve_draws_the_full_curve(model, optimizer):
     profile = get_profile(make_spec(model))  # shipped: no Keras
     config = TrainingConfig(batch_size=32, optimizer=optimizer)
-    every = np.arange(1, 4097)
+    every = np.arange(1, 4097, 3)
     full = np.array(memory_curve(profile, config, every.tolist()), dtype=float)
     sampled = curve_batches(4096, 1, (32,))
     drawn = np.interp(every, sampled, memory_curve(profile, config, list(sampled)))
     off = np.abs(drawn - full) / full
-    # Exact between the allocator's chunk-rule switches; near one of those (ResNet50:
-    # batch 167 -> 168 steps down 1.2 %) the line can miss the step.
-    assert np.quantile(off, 0.99) < 1e-3 and off.max() < 0.02
+    # Drawn points 5 % apart: the walk is linear between the allocator's chunk-rule
+    # switches (ResNet50: batch 167 -> 168 steps down 1.2 %), and the simulated allocator
+    # raises some batches by a few % over their neighbours (calc.estimate._floored), so
+    # the line between drawn points is a guide to within a step of either.
+    assert np.quantile(off, 0.99) < 0.01 and off.max() < 0.03
 
 
 def test_breakdown_shows_the_allocator_part_only_when_simulated():
