@@ -1,19 +1,20 @@
-"""Full training: two ways of letting the allocator simulation raise the walk (a study, stop 15).
+"""Full training: the walk against the allocator simulation's floors (a study, stops 15 and 17).
 
     python benchmarks/full_training_floors.py [calc/data/validation_cpu.json ...]
 
 For every full-training case of each data file (estimated with the file's device) this
-prints the engine's error and two variants, then a summary of each:
+prints the error of three predictions, then a summary of each:
 
-- ``floor``: the walk floored by the smaller of the two simulated pool histories' peaks
-  (``calc.estimate._allocator_peaks``), as frozen steps take the larger;
-- ``resident``: the variables and slots counted as the simulated pool holds them (the
-  drawn-kernels history, ``calc.estimate._resident_state``) where that is more than the
-  walk counts.
+- ``walk``: the step's walk alone (the engine until stop 16);
+- ``two``: the walk floored by the smaller of the two simulated pool histories'
+  peaks (``calc.estimate._history_peak``, drawn kernels and one value per variable:
+  stop 15's floor, not adopted then);
+- ``engine``: the engine, which floors by the smallest of those two and the step
+  replayed in fresh regions past the variables (``calc.estimate._fresh_peak``).
 
-Neither is the engine (docs/MEASUREMENTS.md, stop 15: the floor did not help a holdout
-predicted both ways and made the dashboard's curve ~0.9 s slower per configuration; the
-resident count helped own models and not the catalogue set).
+For the CPU set it also summarises the full-training cases of holdouts 13-15 (the
+last 42 cases of ``VALIDATION_CASES``), drawn at random and measured before stop 17.
+Only rows where the three differ by more than a point are printed.
 """
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from calc import estimate as E  # noqa: E402
-from calc.allocator import BFC  # noqa: E402
 from calc.profiles import get_profile  # noqa: E402
-from calc.validation import CPU_DATA, config_from_dict, load_measurements, measured_device, spec_from_dict  # noqa: E402
+from calc.validation import CPU_DATA, VALIDATION_CASES, case_id, config_from_dict, load_measurements, measured_device, spec_from_dict  # noqa: E402
 from full_training_variants import _summary  # noqa: E402  (errors in percent)
+
+LAST_HOLDOUTS = 42
 
 
 def study(path: Path) -> None:
     data = load_measurements(path)
     device = measured_device(data)
-    errors: dict[str, list[float]] = {"engine": [], "floor": [], "resident": []}
-    print(f"{path.name}: full-training cases, error of the engine / floor / resident")
+    recent = {case_id(s, c) for s, c in VALIDATION_CASES[-LAST_HOLDOUTS:]} if path.resolve() == Path(CPU_DATA).resolve() else set()
+    errors: dict[str, list[float]] = {"walk": [], "two": [], "engine": []}
+    holdout: dict[str, list[float]] = {key: [] for key in errors}
+    print(f"{path.name}: full-training cases, error of the walk / two histories / engine")
     for case in data["cases"]:
         if "peak_bytes" not in case:
             continue
@@ -46,18 +50,23 @@ def study(path: Path) -> None:
             continue
         profile, measured = get_profile(spec), case["peak_bytes"]
         b = E.estimate_memory(profile, config)
-        base = E._without_batch(config)
-        floor = max(b.peak_bytes, min(E._allocator_peaks(profile, base, config.per_replica_batch)))
-        walk_resident = b.weights_bytes + b.optimizer_state_bytes
-        pool_resident = BFC.restored(E._resident_state(profile, base, True)).in_use
-        resident = b.peak_bytes - walk_resident + max(walk_resident, pool_resident)
-        for key, value in (("engine", b.peak_bytes), ("floor", floor), ("resident", resident)):
-            errors[key].append(value / measured - 1)
-        print(f"  {case['case'][:66]:66s} {100 * errors['engine'][-1]:+6.1f} {100 * errors['floor'][-1]:+6.1f} "
-              f"{100 * errors['resident'][-1]:+6.1f} %", flush=True)
+        walk = b.peak_bytes - b.allocator_bytes
+        base, batch = E._without_batch(config), config.per_replica_batch
+        two = max(walk, min(E._history_peak(profile, base, batch, True), E._history_peak(profile, base, batch, False)))
+        row = {"walk": walk, "two": two, "engine": b.peak_bytes}
+        for key, value in row.items():
+            errors[key].append(100 * (value / measured - 1))
+            if case["case"] in recent:
+                holdout[key].append(errors[key][-1])
+        if max(row.values()) - min(row.values()) > 0.01 * measured:
+            print(f"  {case['case'][:66]:66s} " + " ".join(f"{errors[k][-1]:+6.1f}" for k in errors) + " %", flush=True)
     for key, values in errors.items():
         if values:
-            print(_summary(key, [100 * e for e in values]))
+            print(_summary(key, values))
+    if holdout["walk"]:
+        print(f"  full training in holdouts 13-15 ({len(holdout['walk'])} cases):")
+        for key, values in holdout.items():
+            print(_summary(key, values))
 
 
 if __name__ == "__main__":

@@ -1065,28 +1065,36 @@ def _floored(profile: ModelProfile, config: TrainingConfig, batch: int, walk: in
     """The walk's peak at this batch, raised to the simulated allocator's where that is more.
 
     The walk counts each tensor at its size plus the fitted ``FRAGMENTATION``; the
-    simulation (``calc.allocator.BFC`` over the walk's own requests, after two histories
-    of the resident pool, ``_allocator_peaks``) hands out whole chunks.
+    simulation (``calc.allocator.BFC`` over the walk's own requests) hands out whole
+    chunks, and how many depends on the pool's layout before the step, which the engine
+    knows only as modelled histories (``_history_peak``: the variables with their kernels
+    drawn, or made from one value each; ``_fresh_peak``: the step in new regions past
+    them).
 
     - With part of the model in inference (frozen backbone, last N layers), the larger of
       the two histories: a frozen forward pass frees each feature map soon after making
       it, so the peak is a few large tensors in whole chunks (docs/BFC_SIM.md: the walk
       alone missed frozen MobileNetV2 / DenseNet121 by up to -32 %).
-    - In full training, the smaller of the two. Not adopted at stop 15 (an MLP +45 ->
-      +71 %, no better on a holdout); after stop 16's changes to the walk it keeps the
-      median and cuts the under-predictions: on the 181 CPU full-training cases median
-      |error| 2.38 -> 2.40 %, more than 5 % low 13 -> 3 (worst -15.9 -> -6.4 %), beyond
-      10 % 6 -> 8 (all over); on the 44 own-model full-training cases median 8.0 -> 6.6 %,
-      more than 5 % low 19 -> 13, worst -35.5 -> -27.9 % (docs/MEASUREMENTS.md, stop 17;
-      ``python benchmarks/full_training_floors.py``). The second history is replayed only
-      when the first is above the walk.
+    - In full training, only what every history agrees on: the smallest of the three.
+      The smaller of the two histories alone (stop 15's floor) cut the in-sample
+      under-predictions but raised steps whose peak sits in the resident pool's holes
+      (MobileNet 128 px b1 Adadelta +8.6 -> +19.4 %) and made the thirteenth holdout worse
+      (max 5.5 -> 11.2 %). The smallest of three, on the 181 CPU full-training cases:
+      median |error| 2.38 % (the walk's), more than 5 % low 13 -> 9, beyond 10 % 6 -> 5;
+      full training in holdouts 13-15: median 1.7 %, max 6.3 %, none more than 5 % low
+      (the walk: one); own models' full training: median 8.0 -> 7.4 %, more than 5 % low
+      19 -> 15 (docs/MEASUREMENTS.md, stop 17; ``python benchmarks/full_training_floors.py``).
+      Each further history is replayed only when the ones before are above the walk.
     """
     first = _history_peak(profile, config, batch, True)
     if config.train_mode is not TrainMode.ALL:
         return max(walk, first, _history_peak(profile, config, batch, False))
     if first <= walk:
         return walk
-    return max(walk, min(first, _history_peak(profile, config, batch, False)))
+    fresh = _fresh_peak(profile, config, batch)
+    if fresh <= walk:
+        return walk
+    return max(walk, min(first, fresh, _history_peak(profile, config, batch, False)))
 
 
 @lru_cache(maxsize=64)
@@ -1215,6 +1223,24 @@ def _history_peak(profile: ModelProfile, config: TrainingConfig, batch: int, dra
     bfc.reset_peak()
     replay(bfc, events, batch)
     return bfc.peak
+
+
+@lru_cache(maxsize=8192)
+def _fresh_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -> int:
+    """The step replayed alone in new regions, plus the variables and slots as the walk counts them.
+
+    The regions start at the size the drawn history's pool would grow by next; the
+    holes the variables' making leaves in the pool are ignored (where a step's small
+    tensors land in them is what the two histories disagree on).
+    """
+    bfc = BFC(initial_region=_resident_state(profile, config, True)[0])
+    replay(bfc, _allocator_events(profile, config), batch)
+    return _resident_counted(profile, config) + bfc.peak
+
+
+@lru_cache(maxsize=128)
+def _resident_counted(profile: ModelProfile, config: TrainingConfig) -> int:
+    return sum(counted_bytes(n) for n in _resident_requests(profile, config))
 
 
 def replay(pool, events, batch: int, live: dict | None = None) -> dict:
