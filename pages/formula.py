@@ -64,10 +64,11 @@ st.markdown(
 - **R, allocator chunks**: TensorFlow's BFC allocator grows its pool by regions that double in size and hands a
   free chunk out whole unless it is at least twice the request (or 128 MiB more), so a tensor can hold up to about
   twice its size. The terms above count each tensor at its size plus a measured 8 %. The estimate also replays
-  this step's allocations through a simulation of the allocator at batch {n.batch}, after two histories of the
-  pool, and adds what it finds beyond the sum above → **{f(b.allocator_bytes)}** (with part of the model in
-  inference, the larger of the two histories; in full training, the smaller, so 0 wherever either stays within
-  the 8 %).
+  this step's allocations through a simulation of the allocator at batch {n.batch}, after modelled histories of
+  the pool (the variables' kernels drawn, or made from one value each), and adds what it finds beyond the sum
+  above → **{f(b.allocator_bytes)}** (with part of the model in inference, the larger of the two histories; in
+  full training, only what every history agrees on: the smallest of the two and of the step in fresh regions
+  past the variables, so 0 wherever any stays within the 8 %).
 """
 )
 st.latex(
