@@ -37,7 +37,6 @@ LAST_HOLDOUTS = 42
 
 def study(path: Path) -> None:
     data = load_measurements(path)
-    device = measured_device(data)
     recent = {case_id(s, c) for s, c in VALIDATION_CASES[-LAST_HOLDOUTS:]} if path.resolve() == Path(CPU_DATA).resolve() else set()
     errors: dict[str, list[float]] = {"walk": [], "two": [], "engine": []}
     holdout: dict[str, list[float]] = {key: [] for key in errors}
@@ -45,7 +44,7 @@ def study(path: Path) -> None:
     for case in data["cases"]:
         if "peak_bytes" not in case:
             continue
-        spec, config = spec_from_dict(case["spec"]), replace(config_from_dict(case["config"]), device=device)
+        spec, config = spec_from_dict(case["spec"]), replace(config_from_dict(case["config"]), device=measured_device(data, case))
         if config.train_mode.value != "all":
             continue
         profile, measured = get_profile(spec), case["peak_bytes"]

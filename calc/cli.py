@@ -311,10 +311,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
         "keras": m.keras,
         "threads": m.threads,
         "jit_compile": m.jit_compile,
+        "kernels": m.kernels,
     }
     lines = [f"{spec.key}  batch {config.batch_size}: measured peak {m.peak_bytes / GIB:.3f} GiB "
              f"({m.peak_bytes:,} bytes; median of {len(m.peaks_bytes)} runs, spread {m.spread * 100:.1f}%) "
-             f"on {m.device}, TF {m.tensorflow}, {m.threads}, "
+             f"on {m.device} ({m.kernels} kernels: estimate with --device {m.kernels}), TF {m.tensorflow}, {m.threads}, "
              f"{'XLA (jit_compile=True)' if m.jit_compile else 'graph executor (jit_compile=False)'}"]
     _print(out, args.json, lines)
     return 0

@@ -424,10 +424,11 @@ def _half_kernel_scratch(profile: ModelProfile, config: TrainingConfig, has_weig
                          requires_grad: list[bool], backward: list[bool]) -> tuple[list, list]:
     """TensorFlow's float16 CPU kernels' own temporaries (calc.kernels), per layer: (fixed bytes,
     per-sample bytes) while its forward runs, and while its gradient runs. Nothing outside
-    mixed_float16, and nothing on a GPU, where cuDNN and cuBLAS compute in float16 themselves."""
+    mixed_float16, and nothing on a GPU, where cuDNN and cuBLAS compute in float16 themselves, nor on a
+    CPU with AVX512-FP16, where oneDNN does (``Device.CPU_FP16``)."""
     none: tuple[int, tuple[int, ...]] = (0, ())
     forward, backward_ops = [none] * len(profile.layers), [none] * len(profile.layers)
-    if config.precision is not Precision.MIXED_FLOAT16 or config.device is Device.GPU:
+    if config.precision is not Precision.MIXED_FLOAT16 or config.device is not Device.CPU:
         return forward, backward_ops
     channels = _input_channels(profile)
     for i, layer in enumerate(profile.layers):
@@ -789,11 +790,17 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     ledger.add(INPUT, LABEL_BYTES * profile.label_elements)
 
     live = [False] * n_tensors
+
+    def release(t):
+        """Frees an activation if it is still allocated."""
+        if live[t]:
+            ledger.remove(ACT, nbytes[t])
+            live[t] = False
+
     def free_dead(i, tensors):
         for t in tensors:
-            if live[t] and last_forward_use[t] <= i and keepers[t] == 0 and t not in outputs:
-                ledger.remove(ACT, nbytes[t])
-                live[t] = False
+            if last_forward_use[t] <= i and keepers[t] == 0 and t not in outputs:
+                release(t)
 
     for i in run_order:
         layer = layers[i]
@@ -845,9 +852,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     for t in outputs:
         grad_live[t] = True
         ledger.add(TRANS, nbytes[t])
-        if keepers[t] == 0 and live[t]:
-            ledger.remove(ACT, nbytes[t])
-            live[t] = False
+        if keepers[t] == 0:
+            release(t)
 
     # (gradient bytes, largest variable, early temporaries, layer); recorded events mark each
     # layer's update with ("u", layer index), which ``replay`` passes over and
@@ -887,9 +893,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             # kept for it alone is freed before the input's gradient is made.
             inputs = {alias[x] for x in layer.input_ids}
             for t in kept_ids[i]:
-                if t in inputs and keepers[t] == 1 and live[t] and requires_grad[t]:
-                    ledger.remove(ACT, nbytes[t])
-                    live[t] = False
+                if t in inputs and keepers[t] == 1 and requires_grad[t]:
+                    release(t)
         in_place = (layer.layer_type in _GRADIENT_IN_PLACE and not has_weights[i] and len(layer.input_ids) == 1
                     and len(layer.output_ids) == 1 and (layer.layer_type != "Activation"
                                                          or layer.activation in _GRADIENT_IN_PLACE_ACTIVATIONS))
@@ -941,9 +946,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 ledger.remove(TRANS, nbytes[t])
         for t in kept_ids[i]:
             keepers[t] -= 1
-            if keepers[t] == 0 and live[t]:
-                ledger.remove(ACT, nbytes[t])
-                live[t] = False
+            if keepers[t] == 0:
+                release(t)
         for size in private[i]:
             ledger.remove(ACT, size)
         ledger.fixed[ACT] -= private_fixed[i]

@@ -398,7 +398,7 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     gpus = tf.config.list_physical_devices("GPU")
-    if config.device is Device.CPU and gpus:
+    if config.device is not Device.GPU and gpus:
         tf.config.set_visible_devices([], "GPU")  # the CPU's kernels, as asked, on a machine with a GPU
         gpus = []
     elif config.device is Device.GPU and not gpus:

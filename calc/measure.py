@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from calc.catalogue import ModelSpec
 from calc.requests import config_to_dict, spec_to_dict
-from calc.types import TrainingConfig
+from calc.types import Device, TrainingConfig
 
 
 class MeasurementError(RuntimeError):
@@ -35,6 +35,7 @@ class Measurement:
     seconds: float
     resident_bytes: tuple[int, ...] = ()  # allocator ``current`` just before each measured step
     jit_compile: bool = False  # the step compiled with XLA
+    kernels: str = "cpu"  # whose kernels ran it, a calc.types.Device value (local_cpu_device on a CPU)
 
     @property
     def peak_bytes(self) -> int:
@@ -118,4 +119,22 @@ def measure_training_step(
         seconds=round(sum(r["seconds"] for r in runs), 1),
         resident_bytes=tuple(r["current_before_bytes"] for r in runs),
         jit_compile=first.get("jit_compile") == "True",
+        kernels=Device.GPU.value if first["device"].startswith("GPU") else local_cpu_device().value,
     )
+
+
+def local_cpu_device(cpuinfo: str = "/proc/cpuinfo") -> Device:
+    """Which CPU kernels TensorFlow runs here: ``cpu_fp16`` where the CPU has AVX512-FP16.
+
+    oneDNN takes float16 convolutions and matrix products only on such CPUs; elsewhere
+    TensorFlow's own float16 kernels run, with the buffers ``calc.kernels`` counts. Read
+    from the kernel's CPU flags (no TensorFlow import); ``cpu`` where they cannot be read.
+    """
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return Device.CPU_FP16 if "avx512_fp16" in line.split() else Device.CPU
+    except OSError:
+        pass
+    return Device.CPU

@@ -48,11 +48,16 @@ class Device(str, enum.Enum):
 
     ``cpu``: the CPU kernels the validation set was measured on (float16 convolution and
     matrix-product buffers, XLA's dense filter gradient for grouped convolutions).
+    ``cpu_fp16``: a CPU with AVX512-FP16 (Intel Sapphire Rapids and later), where oneDNN
+    runs float16 convolutions and matrix products itself, so without those float16
+    buffers (``benchmarks/probe_f16_kernels.py`` measures none there); XLA's filter
+    gradient as on any CPU. ``calc.measure.local_cpu_device`` says which this machine is.
     ``gpu``: cuDNN and cuBLAS, which have neither (measured on an H100:
     ``calc/data/gpu_tf_h100.json``); their workspaces are not modelled.
     """
 
     CPU = "cpu"
+    CPU_FP16 = "cpu_fp16"
     GPU = "gpu"
 
 

@@ -579,13 +579,18 @@ def save_measurement(path: Path, spec: ModelSpec, config: TrainingConfig, measur
             "peak_bytes": measurement.peak_bytes,
             "spread": round(measurement.spread, 4),
             "seconds": measurement.seconds,
+            "kernels": measurement.kernels,
         }
     )
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def measured_device(data: dict[str, Any]) -> Device:
-    """The device a data file's steps ran on (its environment's ``device``: ``CPU:0``, ``GPU:0 (...)``)."""
+def measured_device(data: dict[str, Any], case: dict[str, Any] | None = None) -> Device:
+    """The kernels a data file's step ran with: the case's ``kernels`` (recorded since stop 17,
+    when CPUs with AVX512-FP16 appeared among the machines), else the environment's ``device``
+    (``CPU:0``: the CPUs every earlier case ran on, without it; ``GPU:0 (...)``)."""
+    if case is not None and case.get("kernels") in {d.value for d in Device}:
+        return Device(case["kernels"])
     return Device.GPU if str(data.get("environment", {}).get("device", "")).startswith("GPU") else Device.CPU
 
 
@@ -596,13 +601,12 @@ def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
     if profile_for is None:
         from calc.profiles import get_profile as profile_for
     data = load_measurements(path)
-    device = measured_device(data)
     rows = []
     for case in data["cases"]:
         if "peak_bytes" not in case:  # a run that failed is kept in the file with its error
             continue
         spec = spec_from_dict(case["spec"])
-        config = replace(config_from_dict(case["config"]), device=device)
+        config = replace(config_from_dict(case["config"]), device=measured_device(data, case))
         profile = profile_for(spec)
         predicted = estimate_memory(profile, config).peak_bytes
         # One run per case (the GPU slice) has no spread.

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from calc.estimate import estimate_memory
 from calc.measure import MeasurementError, measure_training_step
-from calc.types import ModelProfile
+from calc.types import Device, ModelProfile
 from dashboard.loaders import spec_for
 from dashboard.state import Inputs
 from dashboard.views import config_of
@@ -83,7 +83,10 @@ def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
         config = config_of(inputs)
         m = measure_training_step(spec, config, repeats=1, timeout_s=TIMEOUT_S)
-        return MeasureResult(label, m.peak_bytes, estimate_memory(profile, config).peak_bytes)
+        # Beside it, the estimate for the kernels that ran (a CPU with AVX512-FP16 has no
+        # float16 buffers: calc.measure.local_cpu_device).
+        ran = replace(config, device=Device(m.kernels))
+        return MeasureResult(label, m.peak_bytes, estimate_memory(profile, ran).peak_bytes)
     except (MeasurementError, ValueError) as exc:
         return MeasureResult(label, error=str(exc))
     finally:

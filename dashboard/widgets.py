@@ -23,7 +23,7 @@ from dashboard.state import (
 )
 
 SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "sigmoid", "tanh", "hard_silu"]
-DEVICE_LABELS = {"gpu": "GPU", "cpu": "CPU"}
+DEVICE_LABELS = {"gpu": "GPU", "cpu": "CPU", "cpu_fp16": "CPU (AVX512-FP16)"}
 MODE_LABELS = {"all": "everything", "frozen_backbone": "frozen backbone + new head", "last_n": "last N layers"}
 
 
@@ -71,7 +71,8 @@ def sidebar_inputs() -> Inputs:
     sb.radio("Kernels", DEVICES, format_func=DEVICE_LABELS.get, horizontal=True, key="device",
              help="GPU: cuDNN and cuBLAS (measured on an H100). CPU: TensorFlow's CPU kernels, where the "
                   "validation set was measured; under mixed_float16 and for grouped convolutions they hold "
-                  "buffers a GPU does not")
+                  "buffers a GPU does not. CPU (AVX512-FP16): a CPU where oneDNN runs float16 itself "
+                  "(Sapphire Rapids and later), without the float16 buffers")
     sb.selectbox("What is trained", TRAIN_MODES, format_func=MODE_LABELS.get, key="train_mode")
     if st.session_state["train_mode"] == "last_n":
         sb.number_input("N (last layers trained)", min_value=1, max_value=10000, key="last_n")

@@ -387,6 +387,40 @@ def test_a_gpu_has_neither_xlas_cpu_filter_nor_the_float16_cpu_kernels_buffers()
     assert estimate_memory(profile, half_gpu).peak_bytes < estimate_memory(profile, half_cpu).peak_bytes
 
 
+def test_a_cpu_with_avx512_fp16_has_xlas_filter_but_not_the_float16_buffers():
+    # benchmarks/probe_f16_kernels.py on such a CPU: no im2col buffer, no float32 copies.
+    profile = _grouped_conv_profile(True, 512)
+    cpu, fp16 = (TrainingConfig(batch_size=1, optimizer="sgd", device=d) for d in ("cpu", "cpu_fp16"))
+    assert largest_fixed_request_bytes(profile, fp16) == largest_fixed_request_bytes(profile, cpu) > 0
+    half_cpu, half_fp16 = (replace(c, precision="mixed_float16") for c in (cpu, fp16))
+    assert float16_kernel_bytes(profile, half_cpu) and float16_kernel_bytes(profile, half_fp16) == {}
+    assert estimate_memory(profile, fp16) == estimate_memory(profile, cpu)  # float32: the same kernels
+
+
+def test_the_local_cpu_kernels_are_read_from_the_cpu_flags(tmp_path):
+    from calc.measure import local_cpu_device
+    from calc.types import Device
+
+    flags = "flags\t\t: fpu vme avx2 avx512f avx512bw {}amx_tile\n"
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    older.write_text("processor\t: 0\n" + flags.format(""))
+    newer.write_text("processor\t: 0\n" + flags.format("avx512_fp16 "))
+    assert local_cpu_device(str(older)) is Device.CPU
+    assert local_cpu_device(str(newer)) is Device.CPU_FP16
+    assert local_cpu_device(str(tmp_path / "missing")) is Device.CPU
+
+
+def test_a_case_recorded_with_its_kernels_is_validated_with_them():
+    from calc.types import Device
+    from calc.validation import measured_device
+
+    cpu_file = {"environment": {"device": "CPU:0"}}
+    assert measured_device(cpu_file) is Device.CPU
+    assert measured_device(cpu_file, {"kernels": "cpu_fp16"}) is Device.CPU_FP16
+    assert measured_device(cpu_file, {"kernels": "tpu"}) is Device.CPU  # unknown: the file's
+    assert measured_device({"environment": {"device": "GPU:0 (NVIDIA H100)"}}, {}) is Device.GPU
+
+
 def _twin_relu_profile(twins: bool) -> ModelProfile:
     """relu_b reads relu_a's input (twins) or relu_a's output (chained)."""
     n = 1 << 16

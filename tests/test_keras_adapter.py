@@ -1,5 +1,7 @@
 """Real Keras: the ledger of built models, and estimate against measurement."""
 
+from dataclasses import replace
+
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -138,9 +140,10 @@ def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, preci
 
     spec = make_spec(model, size, include_top=mode == "all", classes=10)
     config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision, train_mode=mode)
-    measured = measure_training_step(spec, config, repeats=3, timeout_s=300).peak_bytes
-    predicted = estimate_memory(get_profile(spec), config).peak_bytes
-    assert abs(predicted - measured) / measured <= 0.15, (predicted, measured)
+    m = measure_training_step(spec, config, repeats=3, timeout_s=300)
+    # Estimated for the kernels that ran (a CPU with AVX512-FP16 has no float16 buffers).
+    predicted = estimate_memory(get_profile(spec), replace(config, device=m.kernels)).peak_bytes
+    assert abs(predicted - m.peak_bytes) / m.peak_bytes <= 0.15, (predicted, m.peaks_bytes)
 
 
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
@@ -168,7 +171,7 @@ def test_an_own_saved_model_is_measured_and_estimated_alike(keras, tmp_path, pre
     m = measure_training_step(spec, config, repeats=3, timeout_s=300)
     profile = get_profile(spec)
     assert not profile.unknown_layer_types and profile.label_elements == 64 * 64
-    predicted = estimate_memory(profile, config).peak_bytes
+    predicted = estimate_memory(profile, replace(config, device=m.kernels)).peak_bytes
     assert abs(predicted - m.peak_bytes) / m.peak_bytes <= 0.15, (predicted, m.peaks_bytes)
 
 
@@ -192,7 +195,7 @@ def test_an_own_attention_model_with_token_ids_is_measured_and_estimated_alike(k
     m = measure_training_step(spec, config, repeats=3, timeout_s=300)
     profile = get_profile(spec)
     assert not profile.unknown_layer_types
-    predicted = estimate_memory(profile, config).peak_bytes
+    predicted = estimate_memory(profile, replace(config, device=m.kernels)).peak_bytes
     assert abs(predicted - m.peak_bytes) / m.peak_bytes <= 0.15, (predicted, m.peaks_bytes)
 
 
