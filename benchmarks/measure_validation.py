@@ -1,10 +1,18 @@
 """Measures the validation cases that are not in the data file yet.
 
-    python benchmarks/measure_validation.py [--jobs 2] [--repeats 3] [--only SUBSTRING] [--custom]
+    python benchmarks/measure_validation.py [--jobs 2] [--repeats 3] [--only SUBSTRING] [--custom | --fp16-slice SECONDS]
 
 Each case runs ``repeats`` times, each in a fresh single-threaded process, and the
 median peak is stored with every run's peak in ``calc/data/validation_cpu.json``
 (``--custom``: the own-model cases, ``CUSTOM_CASES``, in ``validation_custom_cpu.json``).
+
+``--fp16-slice SECONDS`` (stop 17): the committed mixed_float16 cases whose three runs
+took at most SECONDS, again, into ``validation_cpu_fp16.json``, on a CPU with
+AVX512-FP16 only. Every committed mixed_float16 case ran on CPUs without it, where
+TensorFlow's own float16 kernels hold the buffers ``calc/kernels.py`` counts; with it
+oneDNN runs float16 (``calc.types.Device.CPU_FP16``), and each case records which
+kernels ran, so that ``python -m calc validate --data calc/data/validation_cpu_fp16.json``
+estimates it for them.
 """
 
 from __future__ import annotations
@@ -17,9 +25,18 @@ from threading import Lock
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from calc.measure import MeasurementError, measure_training_step  # noqa: E402
-from calc.validation import (CPU_DATA, CUSTOM_CASES, CUSTOM_DATA, VALIDATION_CASES, case_id,  # noqa: E402
-                             load_measurements, save_measurement)
+from calc.measure import MeasurementError, local_cpu_device, measure_training_step  # noqa: E402
+from calc.types import Device, Precision  # noqa: E402
+from calc.validation import (CPU_DATA, CUSTOM_CASES, CUSTOM_DATA, FP16_DATA, VALIDATION_CASES,  # noqa: E402
+                             case_id, load_measurements, save_measurement)
+
+
+def _fp16_slice(max_seconds: float) -> list:
+    if local_cpu_device() is not Device.CPU_FP16:
+        raise SystemExit("this CPU has no AVX512-FP16: its float16 steps are the committed ones already")
+    seconds = {c["case"]: c.get("seconds", 0.0) for c in load_measurements(CPU_DATA)["cases"] if "peak_bytes" in c}
+    return [(s, c) for s, c in VALIDATION_CASES
+            if c.precision is Precision.MIXED_FLOAT16 and seconds.get(case_id(s, c), float("inf")) <= max_seconds]
 
 
 def main() -> None:
@@ -28,9 +45,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default="")
     parser.add_argument("--redo", action="store_true", help="measure cases already in the file again")
-    parser.add_argument("--custom", action="store_true", help="the own-model cases (saved files) instead")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--custom", action="store_true", help="the own-model cases (saved files) instead")
+    which.add_argument("--fp16-slice", type=float, metavar="SECONDS",
+                       help="the quick mixed_float16 cases again, on a CPU with AVX512-FP16")
     args = parser.parse_args()
-    cases, data = (CUSTOM_CASES, CUSTOM_DATA) if args.custom else (VALIDATION_CASES, CPU_DATA)
+    if args.fp16_slice is not None:
+        cases, data = _fp16_slice(args.fp16_slice), FP16_DATA
+    else:
+        cases, data = (CUSTOM_CASES, CUSTOM_DATA) if args.custom else (VALIDATION_CASES, CPU_DATA)
     done = {c["case"] for c in load_measurements(data)["cases"]}
     todo = [
         (s, c) for s, c in cases
@@ -50,7 +73,8 @@ def main() -> None:
         for f in as_completed(futures):
             try:
                 cid, m = f.result()
-                print(f"{cid:70s} {m.peak_bytes / 2**20:9.1f} MiB spread {m.spread * 100:4.1f}% {m.seconds:6.1f}s", flush=True)
+                print(f"{cid:70s} {m.peak_bytes / 2**20:9.1f} MiB spread {m.spread * 100:4.1f}% {m.seconds:6.1f}s "
+                      f"({m.kernels} kernels)", flush=True)
             except MeasurementError as exc:
                 print(f"FAILED {exc}", flush=True)
 

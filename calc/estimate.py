@@ -845,8 +845,17 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             ledger.add_fixed(ACT, -kernel_casts[i])
         free_dead(pos[i], {alias[x] for x in (*layer.input_ids, *layer.output_ids)})
 
-    # The loss reads the predictions: a few temporaries of their size.
-    ledger.snapshot("loss", extra_per_sample=tuple(nbytes[t] for t in outputs for _ in range(3)))
+    # The loss reads the predictions: Keras computes it in float32 (the loss's dtype), so a
+    # 16-bit prediction is cast first, then clipped (two ops) and its log taken, each a
+    # float32 tensor of the predictions' size. Traced under mixed_float16 on a per-pixel
+    # softmax (tests/test_keras_adapter.py's own file, [16, 64, 64, 3]): Cast, Minimum,
+    # clip_by_value and Log, 0.75 MiB each, at the step's peak. Per label, the sparse
+    # cross-entropy makes a float32 loss and a temporary and casts the labels to int64
+    # (0.25 + 0.25 + 0.5 MiB there, one label per pixel).
+    ledger.snapshot("loss", extra_per_sample=tuple(
+        size for t in outputs
+        for size in (FLOAT32 * profile.tensor_elements[t],) * (3 + (nbytes[t] != FLOAT32 * profile.tensor_elements[t]))
+    ) + ((2 * FLOAT32 + LABEL_BYTES) * profile.label_elements,))
     ledger.forward = False
     grad_live = [False] * n_tensors
     for t in outputs:

@@ -28,6 +28,8 @@ GPU_TF_DATA = DATA_DIR / "gpu_tf_h100.json"
 GPU_TF_XLA_DATA = DATA_DIR / "gpu_tf_h100_xla.json"
 # Models users build themselves, saved as files (benchmarks/custom_models.py writes them).
 CUSTOM_DATA = DATA_DIR / "validation_custom_cpu.json"
+# The quick mixed_float16 cases again on a CPU with AVX512-FP16 (oneDNN's float16 kernels; stop 17).
+FP16_DATA = DATA_DIR / "validation_cpu_fp16.json"
 MODEL_FILES_DIR = "calc/data/models"
 # The GPU slice under Keras' JAX backend (XLA compiles every step there), without XLA's
 # autotuner, whose compile-time workspaces would otherwise be the process peak.

@@ -572,3 +572,30 @@ def test_an_elementwise_gradient_writes_into_its_output_gradient():
                               head_weights=(10, 1))
         m = _moment(chain, TrainingConfig(batch_size=batch, optimizer="sgd"), "backward l1")
         assert m.components(batch)[TRANS] == expected_counted(4 * size * batch)  # one gradient, not two
+
+
+def test_the_loss_works_in_float32_on_the_predictions_and_per_label():
+    # Keras computes the loss in float32: a 16-bit prediction is cast (one more float32
+    # temporary than a float32 prediction needs) before the clip (two ops) and the log; the
+    # sparse cross-entropy makes a float32 loss and a temporary per label and casts the
+    # labels to int64 (traced on a per-pixel softmax under mixed_float16).
+    from calc.estimate import step_timeline
+
+    pixels = 64 * 64 * 3
+
+    def segmenter(float32_output: bool, labels: int) -> ModelProfile:
+        p = chain_profile(sizes=(pixels, pixels), types=("Conv2D", "Activation"), weights=((81, 3), ()))
+        softmax = replace(p.layers[1], activation="softmax", float32_compute=float32_output)
+        return replace(p, layers=(p.layers[0], softmax), tensor_elements=p.tensor_elements[:3], output_ids=(2,),
+                       label_elements=labels)
+
+    def loss(profile, precision):
+        return dict(step_timeline(profile, TrainingConfig(batch_size=16, precision=precision)))["loss"]
+
+    for precision in ("float32", "mixed_float16"):
+        per_pixel, one = loss(segmenter(False, 4096), precision), loss(segmenter(False, 1), precision)
+        # (float32 loss + temporary + int64 labels) per label, and the int64 labels of the batch themselves
+        assert per_pixel - one == expected_counted(16 * 4096 * 16) + expected_counted(8 * 4096 * 16)
+    half, single = loss(segmenter(False, 1), "mixed_float16"), loss(segmenter(True, 1), "mixed_float16")
+    # 16-bit output: 2 bytes live + 4 float32 temporaries; float32 output: 4 bytes live + 3.
+    assert half - single == expected_counted(2 * pixels * 16)
