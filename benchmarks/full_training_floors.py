@@ -12,8 +12,9 @@ prints the error of three predictions, then a summary of each:
 - ``engine``: the engine, which floors by the smallest of those two and the step
   replayed in fresh regions past the variables (``calc.estimate._fresh_peak``).
 
-For the CPU set it also summarises the full-training cases of holdouts 13-15 (the
-last 42 cases of ``VALIDATION_CASES``), drawn at random and measured before stop 17.
+For the CPU set it also summarises the full-training cases of holdouts 13-15, drawn at
+random and measured before stop 17, and of the sixteenth, drawn after the floor went in
+(the last 56 and 14 cases of ``VALIDATION_CASES``).
 Only rows where the three differ by more than a point are printed.
 """
 
@@ -32,14 +33,15 @@ from calc.profiles import get_profile  # noqa: E402
 from calc.validation import CPU_DATA, VALIDATION_CASES, case_id, config_from_dict, load_measurements, measured_device, spec_from_dict  # noqa: E402
 from full_training_variants import _summary  # noqa: E402  (errors in percent)
 
-LAST_HOLDOUTS = 42
+HOLDOUTS = {"holdouts 13-15": slice(-56, -14), "holdout 16": slice(-14, None)}
 
 
 def study(path: Path) -> None:
     data = load_measurements(path)
-    recent = {case_id(s, c) for s, c in VALIDATION_CASES[-LAST_HOLDOUTS:]} if path.resolve() == Path(CPU_DATA).resolve() else set()
+    cpu = path.resolve() == Path(CPU_DATA).resolve()
+    groups = {name: {case_id(s, c) for s, c in VALIDATION_CASES[part]} for name, part in HOLDOUTS.items()} if cpu else {}
     errors: dict[str, list[float]] = {"walk": [], "two": [], "engine": []}
-    holdout: dict[str, list[float]] = {key: [] for key in errors}
+    holdout = {name: {key: [] for key in errors} for name in groups}
     print(f"{path.name}: full-training cases, error of the walk / two histories / engine")
     for case in data["cases"]:
         if "peak_bytes" not in case:
@@ -55,17 +57,19 @@ def study(path: Path) -> None:
         row = {"walk": walk, "two": two, "engine": b.peak_bytes}
         for key, value in row.items():
             errors[key].append(100 * (value / measured - 1))
-            if case["case"] in recent:
-                holdout[key].append(errors[key][-1])
+            for name, ids in groups.items():
+                if case["case"] in ids:
+                    holdout[name][key].append(errors[key][-1])
         if max(row.values()) - min(row.values()) > 0.01 * measured:
             print(f"  {case['case'][:66]:66s} " + " ".join(f"{errors[k][-1]:+6.1f}" for k in errors) + " %", flush=True)
     for key, values in errors.items():
         if values:
             print(_summary(key, values))
-    if holdout["walk"]:
-        print(f"  full training in holdouts 13-15 ({len(holdout['walk'])} cases):")
-        for key, values in holdout.items():
-            print(_summary(key, values))
+    for name, per_key in holdout.items():
+        if per_key["walk"]:
+            print(f"  full training in {name} ({len(per_key['walk'])} cases):")
+            for key, values in per_key.items():
+                print(_summary(key, values))
 
 
 if __name__ == "__main__":
