@@ -53,7 +53,7 @@ def study(path: Path) -> None:
         b = E.estimate_memory(profile, config)
         walk = b.peak_bytes - b.allocator_bytes
         base, batch = E._without_batch(config), config.per_replica_batch
-        two = max(walk, min(E._history_peak(profile, base, batch, True), E._history_peak(profile, base, batch, False)))
+        two = max(walk, min(E._allocator_peaks(profile, base, batch)))
         row = {"walk": walk, "two": two, "engine": b.peak_bytes}
         for key, value in row.items():
             errors[key].append(100 * (value / measured - 1))

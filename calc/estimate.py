@@ -852,10 +852,13 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     # clip_by_value and Log, 0.75 MiB each, at the step's peak. Per label, the sparse
     # cross-entropy makes a float32 loss and a temporary and casts the labels to int64
     # (0.25 + 0.25 + 0.5 MiB there, one label per pixel).
-    ledger.snapshot("loss", extra_per_sample=tuple(
-        size for t in outputs
-        for size in (FLOAT32 * profile.tensor_elements[t],) * (3 + (nbytes[t] != FLOAT32 * profile.tensor_elements[t]))
-    ) + ((2 * FLOAT32 + LABEL_BYTES) * profile.label_elements,))
+    loss_temporaries = []
+    for t in outputs:
+        as_float32 = FLOAT32 * profile.tensor_elements[t]
+        casts = 0 if nbytes[t] == as_float32 else 1
+        loss_temporaries += [as_float32] * (3 + casts)
+    loss_temporaries.append((2 * FLOAT32 + LABEL_BYTES) * profile.label_elements)
+    ledger.snapshot("loss", extra_per_sample=tuple(loss_temporaries))
     ledger.forward = False
     grad_live = [False] * n_tensors
     for t in outputs:
@@ -1099,9 +1102,9 @@ def _floored(profile: ModelProfile, config: TrainingConfig, batch: int, walk: in
       19 -> 15 (docs/MEASUREMENTS.md, stop 17; ``python benchmarks/full_training_floors.py``).
       Each further history is replayed only when the ones before are above the walk.
     """
-    first = _history_peak(profile, config, batch, True)
     if config.train_mode is not TrainMode.ALL:
-        return max(walk, first, _history_peak(profile, config, batch, False))
+        return max(walk, _allocator_peak(profile, config, batch))
+    first = _history_peak(profile, config, batch, True)
     if first <= walk:
         return walk
     fresh = _fresh_peak(profile, config, batch)
