@@ -16,7 +16,9 @@ Keras's own examples with layers the first three lacked: a small ViT and a text 
 and the image-classification-from-scratch network with its augmentation layers inside
 (the fourth, stop 16); then a transfer-learning file with MobileNetV2 nested in it, the
 Keras DCGAN discriminator, a tabular Dense -> BatchNormalization network and the Keras
-Oxford-pets segmentation network (the fifth).
+Oxford-pets segmentation network (the fifth); then recurrent networks (the sixth, stop 18):
+the Keras IMDB example's two bidirectional LSTMs on 200 token ids, a GRU text classifier
+and a two-layer LSTM forecaster on 120 steps of 16 features.
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so each file stays a few KiB. The files are data for
@@ -372,13 +374,44 @@ def _segmentation_xception(keras):
     return keras.Model(inp, L.Conv2D(3, 3, activation="softmax", padding="same")(x), name="segmentation_xception")
 
 
+def _imdb_bilstm(keras):
+    """The Keras 'Bidirectional LSTM on IMDB' example: Embedding(20000, 128), two Bidirectional(LSTM(64))."""
+    L = keras.layers
+    inp = keras.Input((200,), dtype="int32")
+    x = L.Embedding(20000, 128)(inp)
+    x = L.Bidirectional(L.LSTM(64, return_sequences=True))(x)
+    x = L.Bidirectional(L.LSTM(64))(x)
+    return keras.Model(inp, L.Dense(1, activation="sigmoid")(x), name="imdb_bilstm")
+
+
+def _text_gru(keras):
+    """Embedding(10000, 64) -> GRU(256, return_sequences) -> GRU(128) -> Dense, on 150 token ids."""
+    L = keras.layers
+    inp = keras.Input((150,), dtype="int32")
+    x = L.Embedding(10000, 64)(inp)
+    x = L.GRU(256, return_sequences=True)(x)
+    x = L.GRU(128)(x)
+    x = L.Dense(64, activation="relu")(x)
+    return keras.Model(inp, L.Dense(5, activation="softmax")(x), name="text_gru")
+
+
+def _lstm_forecast(keras):
+    """A forecaster on 120 steps of 16 features: LSTM(128, return_sequences) -> LSTM(64) -> Dense(24)."""
+    L = keras.layers
+    inp = keras.Input((120, 16))
+    x = L.LSTM(128, return_sequences=True)(inp)
+    x = L.LSTM(64)(x)
+    return keras.Model(inp, L.Dense(24)(x), name="lstm_forecast")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
             "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
             "autoencoder": _autoencoder, "vit_tiny": _vit_tiny, "text_transformer": _text_transformer,
             "text_cnn": _text_cnn, "augmented_xception": _augmented_xception,
             "transfer_mobilenet": _transfer_mobilenet, "dcgan_discriminator": _dcgan_discriminator,
-            "tabular_bn": _tabular_bn, "segmentation_xception": _segmentation_xception}
+            "tabular_bn": _tabular_bn, "segmentation_xception": _segmentation_xception,
+            "imdb_bilstm": _imdb_bilstm, "text_gru": _text_gru, "lstm_forecast": _lstm_forecast}
 
 
 def main() -> None:
