@@ -15,9 +15,10 @@ from calc.estimate import (
     max_batch_size,
     memory_curve,
     step_timeline,
+    untracked_below,
 )
 from calc.optimizers import slots_per_variable
-from calc.types import Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+from calc.types import Device, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from tests.profiles import chain_profile
 
 PROFILE = chain_profile()
@@ -46,6 +47,44 @@ def test_components_sum_to_peak(optimizer, precision, batch):
     b = estimate_memory(PROFILE, TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision))
     assert sum(b.components().values()) == b.peak_bytes
     assert all(v >= 0 for v in b.components().values())
+
+
+def expected_counted_on_gpu(nbytes):
+    """A GPU's BFC allocator counts every request (no small-size allocator beside it)."""
+    rounded = -(-nbytes // 256) * 256
+    if rounded >= 128 * 2**20:
+        return rounded
+    return rounded + int(rounded * 0.08) // 256 * 256
+
+
+def test_small_requests_count_on_a_gpu_only():
+    assert untracked_below(Device.CPU) == untracked_below(Device.CPU_FP16) == 262144
+    assert untracked_below(Device.GPU) == 0
+    for nbytes in (256, 1000, 65536, 262143):
+        assert counted_bytes(nbytes, untracked_below(Device.CPU)) == 0
+        assert counted_bytes(nbytes, untracked_below(Device.GPU)) == expected_counted_on_gpu(nbytes) > 0
+    weights = [147456, 64, 256, 256, 256, 256, 655360, 10]
+    trainable = [147456, 64, 256, 256, 655360, 10]
+    gpu = estimate_memory(PROFILE, TrainingConfig(batch_size=1, optimizer="adam", device="gpu"))
+    cpu = estimate_memory(PROFILE, TrainingConfig(batch_size=1, optimizer="adam", device="cpu"))
+    # The biases and normalization vectors (256 B to 2.5 KiB) count on the GPU.
+    assert gpu.weights_bytes == sum(expected_counted_on_gpu(4 * e) for e in weights) > cpu.weights_bytes
+    assert gpu.optimizer_state_bytes == 2 * sum(expected_counted_on_gpu(4 * e) for e in trainable)
+    assert gpu.peak_bytes > cpu.peak_bytes
+
+
+def test_replay_counts_small_requests_without_placing_them():
+    from calc.allocator import BFC
+    from calc.estimate import replay
+
+    events = [("a", 1, 0, 1000), ("a", 2, 0, 4 << 20), ("f", 1), ("a", 3, 0, 300), ("f", 2), ("f", 3)]
+    gpu, cpu = BFC(), BFC()
+    replay(gpu, events, 1, below=untracked_below(Device.GPU))
+    replay(cpu, events, 1)
+    # 1000 B rounds to 1024 and is counted beside the 4 MiB chunk; on the CPU it is not.
+    assert gpu.peak == (4 << 20) + 1024 and cpu.peak == 4 << 20
+    assert gpu.in_use == cpu.in_use == 0
+    assert gpu.regions == cpu.regions  # the small ones took no room in the regions
 
 
 def test_weights_and_optimizer_state_by_formula():
