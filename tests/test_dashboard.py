@@ -11,10 +11,16 @@ from calc.estimate import estimate_memory, max_batch_size, memory_curve
 from calc.gpus import GPU_PRESETS
 from calc.profiles import get_profile
 from calc.types import TrainingConfig
+from dashboard.state import Inputs
 
 pytestmark = pytest.mark.slow
 APP = "../app.py"
 SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16", "optimizer": "adam", "gpu": "t4"}
+
+
+def dashboard_config(**fields) -> TrainingConfig:
+    """The engine's config for what the dashboard shows by default: its kernels are a GPU's."""
+    return TrainingConfig(device=Inputs().device, **fields)
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +57,7 @@ def chart(at, key):
 def engine_max_batch(batch=16, margin=0.05):
     profile = get_profile(make_spec("MobileNetV2", 96))
     gpu = GPU_PRESETS["t4"]
-    config = TrainingConfig(batch_size=batch, optimizer="adam")
+    config = dashboard_config(batch_size=batch, optimizer="adam")
     return profile, config, gpu, max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                                                 safety_margin=margin, limit=1 << 16)
 
@@ -264,7 +270,7 @@ def test_pasted_functional_summary_is_wired_and_its_activation_choice_counts():
         at.selectbox(key="summary_activation").set_value(activation).run()
         profile = read_summary(text, activation=activation).profile
         gpu = GPU_PRESETS["t4"]
-        best = max_batch_size(profile, TrainingConfig(batch_size=8), gpu.memory_bytes,
+        best = max_batch_size(profile, dashboard_config(batch_size=8), gpu.memory_bytes,
                               overhead_bytes=gpu.overhead_bytes, safety_margin=0.05, limit=1 << 16)
         assert metric(at, "Largest batch") == f"{best:,}"
         shown.append(best)
@@ -289,7 +295,7 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
     at.multiselect(key="compare_models").set_value(["MobileNetV2", "ResNet50"]).run()
     at.multiselect(key="compare_gpus").set_value(["t4", "a100-80"]).run()
     table = at.dataframe[0].value
-    config = TrainingConfig(batch_size=16, optimizer="adam")
+    config = dashboard_config(batch_size=16, optimizer="adam")
     for _, row in table.iterrows():
         profile = get_profile(make_spec(row["model"], 96))
         peak = estimate_memory(profile, config).peak_bytes
@@ -309,7 +315,7 @@ def test_formula_terms_add_up_to_the_peak(optimizer):
     numbers = [float(x) for x in re.findall(r"(\d+\.\d+)\s*\\,\\mathrm\{GiB\}", substituted)]
     *terms, total = numbers
     profile = get_profile(make_spec("MobileNetV2", 96))
-    b = estimate_memory(profile, TrainingConfig(batch_size=16, optimizer=optimizer))
+    b = estimate_memory(profile, dashboard_config(batch_size=16, optimizer=optimizer))
     assert len(terms) == len(b.components())  # every component is on the page
     assert abs(sum(terms) - total) <= 0.0005 * len(terms)  # rounding of the shown terms only
     assert total == round(b.peak_bytes / 1024**3, 3)
@@ -347,7 +353,7 @@ def test_formula_shows_the_accumulators_and_their_reset_constants():
 
     at = app({**SMALL, "optimizer": "adam", "grad_accum": "4"}, page="pages/formula.py")
     profile = get_profile(make_spec("MobileNetV2", 96))
-    config = TrainingConfig(batch_size=16, optimizer="adam", gradient_accumulation_steps=4)
+    config = dashboard_config(batch_size=16, optimizer="adam", gradient_accumulation_steps=4)
     resets = accumulator_reset_parameters(profile, config)
     assert 0 < resets <= profile.trainable_params
     line = next(m.value for m in at.markdown if "S, optimizer state" in m.value)
@@ -366,7 +372,7 @@ def test_optimizer_options_reach_the_engine_and_the_link():
     at.number_input(key="grad_accum").set_value(4).run()
     profile = get_profile(make_spec("MobileNetV2", 96))
     gpu = GPU_PRESETS["t4"]
-    config = TrainingConfig(batch_size=16, optimizer="sgd", gradient_accumulation_steps=4,
+    config = dashboard_config(batch_size=16, optimizer="sgd", gradient_accumulation_steps=4,
                             optimizer_options=OptimizerOptions(momentum=True, use_ema=True))
     best = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=0.05,
                           limit=1 << 16)
