@@ -14,7 +14,8 @@ prints the error of three predictions, then a summary of each:
 
 For the CPU set it also summarises the full-training cases of holdouts 13-15, drawn at
 random and measured before stop 17, of the sixteenth, drawn after the floor went in, and of
-the seventeenth (stop 18) (cases -70..-28, -28..-14 and the last 14 of ``VALIDATION_CASES``).
+the seventeenth and eighteenth (stop 18) (cases -84..-42, -42..-28, -28..-14 and the last 14 of
+``VALIDATION_CASES``).
 Only rows where the three differ by more than a point are printed.
 """
 
@@ -33,7 +34,8 @@ from calc.profiles import get_profile  # noqa: E402
 from calc.validation import CPU_DATA, VALIDATION_CASES, case_id, config_from_dict, load_measurements, measured_device, spec_from_dict  # noqa: E402
 from full_training_variants import _summary  # noqa: E402  (errors in percent)
 
-HOLDOUTS = {"holdouts 13-15": slice(-70, -28), "holdout 16": slice(-28, -14), "holdout 17": slice(-14, None)}
+HOLDOUTS = {"holdouts 13-15": slice(-84, -42), "holdout 16": slice(-42, -28), "holdout 17": slice(-28, -14),
+            "holdout 18": slice(-14, None)}
 
 
 def study(path: Path) -> None:
