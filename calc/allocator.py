@@ -126,10 +126,14 @@ class BFC:
             c = self._find(r)
             assert c is not None
         c.in_use = True
-        self.in_use += c.size
+        self.count(c.size)
+        return c
+
+    def count(self, nbytes: int) -> None:
+        """Adds bytes in use (a chunk handed out, or a request counted without a place: ``calc.estimate.replay``)."""
+        self.in_use += nbytes
         if self.in_use > self.peak:
             self.peak = self.in_use
-        return c
 
     def free(self, c: Chunk) -> None:
         c.in_use = False

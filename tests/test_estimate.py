@@ -25,8 +25,9 @@ PROFILE = chain_profile()
 BACKBONE = chain_profile(backbone_layers=3)
 
 
-def expected_counted(nbytes):
-    if nbytes < 262144:
+def expected_counted(nbytes, below=262144):
+    """Counted on the CPU; ``below=0``: on a GPU, whose BFC allocator counts every request."""
+    if nbytes < below:
         return 0
     rounded = -(-nbytes // 256) * 256
     if rounded >= 128 * 2**20:
@@ -49,27 +50,19 @@ def test_components_sum_to_peak(optimizer, precision, batch):
     assert all(v >= 0 for v in b.components().values())
 
 
-def expected_counted_on_gpu(nbytes):
-    """A GPU's BFC allocator counts every request (no small-size allocator beside it)."""
-    rounded = -(-nbytes // 256) * 256
-    if rounded >= 128 * 2**20:
-        return rounded
-    return rounded + int(rounded * 0.08) // 256 * 256
-
-
 def test_small_requests_count_on_a_gpu_only():
     assert untracked_below(Device.CPU) == untracked_below(Device.CPU_FP16) == 262144
     assert untracked_below(Device.GPU) == 0
     for nbytes in (256, 1000, 65536, 262143):
         assert counted_bytes(nbytes, untracked_below(Device.CPU)) == 0
-        assert counted_bytes(nbytes, untracked_below(Device.GPU)) == expected_counted_on_gpu(nbytes) > 0
+        assert counted_bytes(nbytes, untracked_below(Device.GPU)) == expected_counted(nbytes, below=0) > 0
     weights = [147456, 64, 256, 256, 256, 256, 655360, 10]
     trainable = [147456, 64, 256, 256, 655360, 10]
     gpu = estimate_memory(PROFILE, TrainingConfig(batch_size=1, optimizer="adam", device="gpu"))
     cpu = estimate_memory(PROFILE, TrainingConfig(batch_size=1, optimizer="adam", device="cpu"))
     # The biases and normalization vectors (256 B to 2.5 KiB) count on the GPU.
-    assert gpu.weights_bytes == sum(expected_counted_on_gpu(4 * e) for e in weights) > cpu.weights_bytes
-    assert gpu.optimizer_state_bytes == 2 * sum(expected_counted_on_gpu(4 * e) for e in trainable)
+    assert gpu.weights_bytes == sum(expected_counted(4 * e, below=0) for e in weights) > cpu.weights_bytes
+    assert gpu.optimizer_state_bytes == 2 * sum(expected_counted(4 * e, below=0) for e in trainable)
     assert gpu.peak_bytes > cpu.peak_bytes
 
 
@@ -532,7 +525,6 @@ def test_a_profiles_hash_is_computed_once_and_follows_equality():
     assert "_hash" not in pickle.loads(pickle.dumps(profile)).__dict__
     assert hash(pickle.loads(pickle.dumps(profile))) == hash(profile) == hash(copy.deepcopy(profile))
     assert dataclasses.asdict(profile).keys() == {f.name for f in dataclasses.fields(profile)}
-
 
 
 def test_a_cast_to_the_compute_dtype_is_free_in_float32_and_a_tensor_under_mixed_precision():
