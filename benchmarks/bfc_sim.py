@@ -46,6 +46,11 @@ class _ExactPool:
     def free(self, size: int) -> None:
         self.in_use -= size
 
+    def count(self, nbytes: int) -> None:
+        """What ``calc.estimate.replay`` calls for an int handle (this pool's are all ints)."""
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
+
 
 def exact_peak(profile, config) -> int:
     """The simulation's events with every request at its exact size: live bytes, no chunks."""

@@ -496,7 +496,12 @@ def _input_channels(profile: ModelProfile) -> list[int]:
     return channels
 
 
-def _executor_order(layers, producer) -> list[int]:
+# Layers whose first op oneDNN's layout pass replaces on the CPU (_MklNative* kernels).
+_ONEDNN_REWRITTEN = frozenset({"Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D",
+                               "Dense"})
+
+
+def _executor_order(layers, producer, onednn: bool = False) -> list[int]:
     """The order of the forward pass as TensorFlow's executor runs it (one inter-op thread).
 
     Keras traces the layers breadth first (by depth from the output), but the executor
@@ -508,6 +513,18 @@ def _executor_order(layers, producer) -> list[int]:
     residual conv runs after the main branch, as measured; the other way round
     Xception 224 px b16 frozen was -22 %). NASNetMobile frozen b8 / b16 / b32 went from
     +30 / +33 / +17 % to +16 / +9 / +11 %; no other validation case moved.
+
+    ``onednn`` (the CPU): an op that oneDNN's layout pass rewrote runs before one it did
+    not. The executor runs the last op in its node's out-edge list inline and queues the
+    others (tensorflow/core/common_runtime/executor.cc ``ScheduleReady``), and a rewritten
+    op's edge is added after the others when the pass replaces the node. Traced
+    (``benchmarks/trace_step.py "ResNet101V2-224x224x3-head1000 b24 sgd float32 frozen"``):
+    at the end of each stage the shortcut's MaxPooling2D runs before the next block's
+    BatchNormalization, which then normalizes the block input in place instead of into a
+    new tensor. Between two rewritten ops (Xception's residual conv and separable conv)
+    the first in Keras' order still runs first. On the 345 CPU cases, with the fusions of
+    ``_cpu_fusions``, it moved 10 frozen steps (ResNetV2, NASNet): their |error| summed
+    62.8 -> 27.5 %.
     """
     n = len(layers)
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -529,6 +546,9 @@ def _executor_order(layers, producer) -> list[int]:
                 if not pending[s]:
                     ready.append(s)
             ready.reverse()
+            rewritten = [k for k, r in enumerate(ready) if layers[r].layer_type in _ONEDNN_REWRITTEN] if onednn else []
+            if rewritten:
+                ready.append(ready.pop(rewritten[-1]))  # the first rewritten one runs next
             node = ready.pop() if ready else None  # the first made ready runs next
             pool.extendleft(ready)  # the others wait at the front, the second first
     # Rows that read each other (no graph Keras builds) are walked in the ledger's order.
@@ -668,6 +688,80 @@ def _raw_bytes(nbytes: int, below: int = UNTRACKED_BELOW) -> int:
     return 0 if nbytes < below else -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
 
 
+def _cpu_fusions(profile: ModelProfile, config: TrainingConfig, frozen: list[bool],
+                 input_channels: list[int]) -> tuple[set[int], dict[int, tuple[int, int]]]:
+    """Ops that TensorFlow's CPU graph passes fuse in a frozen (inference) step.
+
+    Returns the ZeroPadding2D layers whose pad is fused into the Conv2D that reads it,
+    and, per Add layer, ``(conv layer, addend input)`` of the biased Conv2D fused into it.
+
+    - oneDNN's layout pass rewrites ``Pad`` + ``Conv2D`` into one op
+      (``_MklPadWithConv2D`` / ``_MklPadWithFusedConv2D``, tensorflow/core/common_runtime/
+      mkl_layout_pass.cc) when the pad's only reader is the convolution: the padded
+      tensor is never made. In training the filter gradient reads it too, so no fusion.
+    - Grappler's remapper (``FindContractionWithBiasAddAndAdd``,
+      tensorflow/core/grappler/optimizers/remapper.cc) turns a ``Conv2D`` + ``BiasAdd``
+      whose only reader is a two-input ``Add`` of one shape (float32 or bfloat16, on the
+      CPU) into ``_FusedConv2D(x, filter, bias, addend)``: the input at port 0 is tried
+      first, then port 1. The fused op runs when the ``Add`` would, writes into the
+      addend's buffer when nothing else reads it, and the convolution's own output is
+      never made.
+
+    Traced (``benchmarks/trace_step.py "ResNet50V2-224x224x3-head1000 b16 sgd float32
+    frozen"``): no allocation for any ``*_0_conv`` shortcut, one ``BiasAdd`` per stage
+    (its first block's main branch, into which the shortcut conv then writes), none for
+    the ZeroPadding2D before each block's 3x3 conv nor for the stem's; ResNet50 and
+    DenseNet121 frozen allocate no stem pad either; EfficientNetB0's and MobileNetV2's
+    pads before a depthwise conv are allocated (not fused).
+    """
+    if config.device is Device.GPU or config.precision is Precision.MIXED_FLOAT16:
+        return set(), {}
+    layers = profile.layers
+    readers: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        for t in dict.fromkeys(layer.input_ids):
+            readers.setdefault(t, []).append(i)
+    outputs = set(profile.output_ids)
+    producer = {t: i for i, layer in enumerate(layers) for t in layer.output_ids}
+
+    def only_reader(t: int) -> int:
+        r = readers.get(t, [])
+        return r[0] if len(r) == 1 and t not in outputs else -1
+
+    def plain_conv(i: int) -> bool:
+        layer = layers[i]
+        if layer.layer_type != "Conv2D" or not frozen[i] or len(layer.input_ids) != 1 or len(layer.output_ids) != 1:
+            return False
+        k = math.prod(layer.detail_ints("kernel_size") or (1,))
+        c_out = _output_channels(layer)
+        # A grouped Conv2D is compiled by XLA in Keras (no grappler fusion).
+        return bool(layer.trainable_weight_elements) and (
+            layer.trainable_weight_elements[0] == k * input_channels[layer.input_ids[0]] * c_out)
+
+    pads: set[int] = set()
+    adds: dict[int, tuple[int, int]] = {}
+    for i, layer in enumerate(layers):
+        if not frozen[i] or len(layer.output_ids) != 1:
+            continue
+        if layer.layer_type == "ZeroPadding2D" and len(layer.input_ids) == 1:
+            reader = only_reader(layer.output_ids[0])
+            if reader != -1 and plain_conv(reader):
+                pads.add(i)
+        elif layer.layer_type == "Add" and len(layer.input_ids) == 2:
+            a, b = layer.input_ids
+            if a == b or profile.tensor_elements[a] != profile.tensor_elements[b]:
+                continue
+            for port in (0, 1):
+                t = layer.input_ids[port]
+                conv = producer.get(t, -1)
+                if (conv != -1 and only_reader(t) == i and plain_conv(conv) and layers[conv].activation == "linear"
+                        and len(layers[conv].trainable_weight_elements) == 2
+                        and layers[conv].trainable_weight_elements[1] == _output_channels(layers[conv])):
+                    adds[i] = (conv, layer.input_ids[1 - port])
+                    break
+    return pads, adds
+
+
 def _simulate(profile: ModelProfile, config: TrainingConfig,
               record: bool = False) -> tuple[list[Moment], StepPlan, list[tuple]]:
     below = untracked_below(config.device)
@@ -690,9 +784,14 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         nbytes[t] = FLOAT32 * profile.tensor_elements[t]
     merged = [False] * len(layers)
     first_of: dict[tuple, int] = {}
+    frozen = [inference[i] and not backward[i] for i in range(len(layers))]
+    fused_pads, fused_adds = _cpu_fusions(profile, config, frozen, _input_channels(profile))
+    fused_convs = {conv: add for add, (conv, _) in fused_adds.items()}
     for i, layer in enumerate(layers):
         rule, _, _ = rule_for(layer.layer_type, layer.activation)
         out_bytes = FLOAT32 if layer.float32_compute else cb
+        if i in fused_pads:
+            rule = replace(rule, aliases_input=True)  # the convolution reads the unpadded input
         twin = -1
         if layer.layer_type in _MERGEABLE and not layer.params and layer.output_ids:
             key = (layer.layer_type, layer.activation, tuple(alias[t] for t in layer.input_ids),
@@ -762,7 +861,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     half_forward, half_backward = _half_kernel_scratch(profile, config, has_weights, requires_grad, backward)
 
     keepers_at_start = list(keepers)
-    run_order = _executor_order(layers, producer)
+    run_order = _executor_order(layers, producer, onednn=config.device is not Device.GPU)
     pos = [0] * len(layers)
     for k, i in enumerate(run_order):
         pos[i] = k
@@ -770,8 +869,9 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     for i in run_order:
         if merged[i]:
             continue  # merged into its twin: it does not run
+        at = pos[fused_convs[i]] if i in fused_convs else pos[i]  # a fused conv runs at its Add
         for t in layers[i].input_ids:
-            last_forward_use[alias[t]] = pos[i]
+            last_forward_use[alias[t]] = max(last_forward_use[alias[t]], at)
     outputs = {alias[t] for t in profile.output_ids}
 
     ledger = _Ledger(record, below)
@@ -823,8 +923,10 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
 
     for i in run_order:
         layer = layers[i]
+        if i in fused_convs:
+            continue  # runs inside the Add it is fused into (_cpu_fusions)
         rule, _, _ = rule_for(layer.layer_type, layer.activation)
-        frozen_op = inference[i] and not backward[i]
+        frozen_op = frozen[i]
         staged = 0
         if frozen_op and len(layer.input_ids) == 1:
             staged, stage = _first_stage(layer, precision, nbytes[alias[layer.input_ids[0]]],
@@ -840,8 +942,19 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             cast_inputs = [cb * profile.tensor_elements[t] for t in layer.input_ids if producer[alias[t]] == -1]
         else:
             cast_inputs = []
-        if _writes_in_place(layer, inference[i], precision, alias, producer, last_forward_use,
-                            keepers, nbytes, outputs, pos[i], frozen_op):
+        conv, addend = fused_adds.get(i, (-1, -1))
+        if conv != -1:
+            # The biased conv fused into this Add writes into the addend's buffer when
+            # nothing else reads it, else into a new one; its own output is never made.
+            source, target = alias[addend], layer.output_ids[0]
+            if (alias[target] == target and producer[source] != -1 and last_forward_use[source] == pos[i]
+                    and keepers[source] == 0 and source not in outputs and nbytes[source] == nbytes[target]):
+                live[source], live[target] = False, True
+            else:
+                ledger.add(ACT, nbytes[target])
+                live[target] = True
+        elif _writes_in_place(layer, inference[i], precision, alias, producer, last_forward_use,
+                              keepers, nbytes, outputs, pos[i], frozen_op):
             # An elementwise op whose input dies here writes into the input's buffer
             # (TensorFlow forwards an input buffer with no other reader to the output).
             source, target = alias[layer.input_ids[0]], layer.output_ids[0]
@@ -862,7 +975,10 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             ledger.remove(ACT, staged)
         if kernel_casts[i]:
             ledger.add_fixed(ACT, -kernel_casts[i])
-        free_dead(pos[i], {alias[x] for x in (*layer.input_ids, *layer.output_ids)})
+        fused_inputs = layers[conv].input_ids if conv != -1 else ()
+        if conv != -1 and kernel_casts[conv]:
+            ledger.add_fixed(ACT, -kernel_casts[conv])
+        free_dead(pos[i], {alias[x] for x in (*layer.input_ids, *fused_inputs, *layer.output_ids)})
 
     # The loss reads the predictions: Keras computes it in float32 (the loss's dtype), so a
     # 16-bit prediction is cast first, then clipped (two ops) and its log taken, each a

@@ -305,3 +305,106 @@ def test_the_walk_follows_the_graph_even_when_the_ledger_lists_a_reader_first():
     # Rows that read each other (no graph Keras builds) keep the ledger's order.
     loop = LayerStats("loop", "Conv2D", (1,), (2,), shape, (1728,))
     assert _executor_order((late, loop), [-1, 0, 1]) == [0, 1]
+
+
+def _pad_then_conv(kernel_elements: int) -> ModelProfile:
+    """Image -> stem Conv2D -> ZeroPadding2D -> 3x3 Conv2D (valid), frozen -> Dense head."""
+    padded = 114 * 114 * 64
+    shape = ((112, 112, 64),)
+    layers = (
+        LayerStats("stem", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("pad", "ZeroPadding2D", (1,), (2,), ((114, 114, 64),), in_backbone=True),
+        LayerStats("conv", "Conv2D", (2,), (3,), shape, (kernel_elements,), in_backbone=True,
+                   detail="kernel_size=(3, 3) strides=(1, 1)"),
+        LayerStats("head", "Dense", (3,), (4,), ((10,),), (640, 10), activation="softmax"),
+    )
+    return ModelProfile("pad_conv", (112, 112, 64), layers, (MAP, MAP, padded, MAP, 10), (0,), (4,))
+
+
+def test_inference_pad_read_only_by_a_conv_is_fused_into_it_on_the_cpu():
+    # oneDNN's _MklPadWithConv2D: the padded tensor is never made; the conv reads the stem's output.
+    image, pad = counted_bytes(4 * MAP * 8), counted_bytes(4 * 114 * 114 * 64 * 8)
+    profile = _pad_then_conv(3 * 3 * 64 * 64)
+    cpu = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+    assert cpu["forward pad"] == 2 * image
+    assert cpu["forward conv"] == 3 * image  # image, stem output (read by the conv), its output
+    # On a GPU, and under mixed_float16 (no oneDNN float16 fusion), the pad is a tensor.
+    for config in (TrainingConfig(batch_size=8, train_mode="frozen_backbone", device="gpu"),
+                   TrainingConfig(batch_size=8, train_mode="frozen_backbone", precision="mixed_float16")):
+        timeline = dict(step_timeline(profile, config))
+        half = counted_bytes(config.precision.compute_bytes * MAP * 8)
+        padded = counted_bytes(config.precision.compute_bytes * 114 * 114 * 64 * 8)
+        assert timeline["forward pad"] >= image + half + padded
+    # A grouped conv (Keras compiles it with XLA) keeps its pad.
+    grouped = dict(step_timeline(_pad_then_conv(3 * 3 * 64), TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+    assert grouped["forward pad"] == 2 * image + pad
+
+
+def _residual_block(shortcut_conv: bool) -> ModelProfile:
+    """ResNetV2's block, frozen: main = conv1 -> conv3 (biased) on pre = ReLU(stem);
+    shortcut = a biased 1x1 conv of pre (a stage's first block) or the stem's output
+    itself; Add([shortcut, main])."""
+    shape = ((112, 112, 64),)
+    layers = [
+        LayerStats("stem", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("pre", "ReLU", (1,), (2,), shape, in_backbone=True),
+    ]
+    if shortcut_conv:
+        layers.append(LayerStats("conv0", "Conv2D", (2,), (3,), shape, (4096, 64), in_backbone=True,
+                                 detail="kernel_size=(1, 1)"))
+    layers += [
+        LayerStats("conv1", "Conv2D", (2,), (4,), shape, (4096,), in_backbone=True, detail="kernel_size=(1, 1)"),
+        LayerStats("conv3", "Conv2D", (4,), (5,), shape, (4096, 64), in_backbone=True, detail="kernel_size=(1, 1)"),
+        LayerStats("add", "Add", (3 if shortcut_conv else 1, 5), (6,), shape, in_backbone=True),
+        LayerStats("head", "Dense", (6,), (7,), ((10,),), (640, 10), activation="softmax"),
+    ]
+    return ModelProfile("block", (112, 112, 64), tuple(layers), (MAP,) * 7 + (10,), (0,), (7,))
+
+
+def test_inference_biased_conv_read_only_by_an_add_is_fused_into_it_on_the_cpu():
+    one = counted_bytes(4 * MAP * 8)
+    frozen = TrainingConfig(batch_size=8, train_mode="frozen_backbone")
+    on_gpu = TrainingConfig(batch_size=8, train_mode="frozen_backbone", device="gpu")
+    # A stage's first block: the shortcut conv (the Add's port 0) is fused; it runs at the
+    # Add and writes into conv3's output, so it never has a tensor of its own, and pre
+    # lives until the Add.
+    cpu = dict(step_timeline(_residual_block(True), frozen))
+    assert "forward conv0" not in cpu
+    assert cpu["forward conv3"] == 4 * one  # image, pre (for the shortcut), conv1, conv3
+    assert cpu["forward add"] == 3 * one  # image, pre, conv3's buffer holding the sum
+    # On a GPU (which also counts the small weights) the shortcut runs first and its
+    # output waits for the main branch: one map more at conv1.
+    gpu = dict(step_timeline(_residual_block(True), on_gpu))
+    assert gpu["forward conv1"] - gpu["forward conv0"] == one
+    # Later blocks: the shortcut is the block's input (no conv), so conv3 (port 1) is fused
+    # and writes into the input's buffer: conv3's output never exists.
+    cpu = dict(step_timeline(_residual_block(False), frozen))
+    assert "forward conv3" not in cpu
+    assert cpu["forward add"] == 3 * one  # image, the input holding the sum, conv1's output (read by conv3)
+    gpu = dict(step_timeline(_residual_block(False), on_gpu))
+    assert gpu["forward conv3"] - gpu["forward add"] == one  # conv3's own output, then conv1's freed
+    # In training nothing is fused away (the walk keeps every layer).
+    full = dict(step_timeline(_residual_block(True), TrainingConfig(batch_size=8)))
+    assert "forward conv0" in full and "forward conv3" in full
+
+
+def test_on_the_cpu_an_op_onednn_rewrites_runs_before_one_it_does_not():
+    from calc.estimate import _executor_order
+
+    # ResNetV2's last block of a stage: the block input feeds the next BatchNormalization
+    # (first in Keras' order) and the shortcut's MaxPooling2D.
+    shape = ((56, 56, 256),)
+    layers = (
+        LayerStats("x", "Conv2D", (0,), (1,), shape, (1728,)),
+        LayerStats("bn", "BatchNormalization", (1,), (2,), shape, (256, 256), (256, 256)),
+        LayerStats("conv", "Conv2D", (2,), (3,), shape, (65536,)),
+        LayerStats("pool", "MaxPooling2D", (1,), (4,), shape),
+        LayerStats("add", "Add", (4, 3), (5,), shape),
+    )
+    producer = [-1, 0, 1, 2, 3, 4]
+    assert _executor_order(layers, producer, onednn=True) == [0, 3, 1, 2, 4]
+    assert _executor_order(layers, producer) == [0, 1, 2, 3, 4]
+    # Between two rewritten ops the first in Keras' order runs first (Xception).
+    convs = (layers[0], LayerStats("c1", "Conv2D", (1,), (2,), shape, (65536,)),
+             LayerStats("c2", "Conv2D", (1,), (3,), shape, (65536,)), LayerStats("add", "Add", (2, 3), (4,), shape))
+    assert _executor_order(convs, [-1, 0, 1, 2, 3], onednn=True) == [0, 1, 2, 3]
