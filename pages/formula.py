@@ -63,7 +63,8 @@ st.markdown(
 - **X, the input batch**: {n.batch} × {n.input_elements:,} × 4 B (+ labels) → **{f(b.input_batch_bytes)}**.
 - **R, allocator chunks**: TensorFlow's BFC allocator grows its pool by regions that double in size and hands a
   free chunk out whole unless it is at least twice the request (or 128 MiB more), so a tensor can hold up to about
-  twice its size. The terms above count each tensor at its size plus a measured 8 %. The estimate also replays
+  twice its size. The terms above count each tensor at its size plus a measured 8 % (with part of the model in
+  inference, W and S are the chunks the simulated pool below gives the variables and slots). The estimate also replays
   this step's allocations through a simulation of the allocator at batch {n.batch}, after modelled histories of
   the pool (the variables' kernels drawn, or made from one value each), and adds what it finds beyond the sum
   above → **{f(b.allocator_bytes)}** (with part of the model in inference, the larger of the two histories; in

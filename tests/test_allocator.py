@@ -288,7 +288,8 @@ def test_mixed_inference_casts_each_kernel_at_the_start_and_frees_it_after_its_l
                                                         train_mode="frozen_backbone")))
     image, half = counted_bytes(4 * MAP * 8), counted_bytes(2 * MAP * 8)
     kernel = counted_bytes(2 * 147456)  # the 16-bit copy of the conv's float32 kernel
-    weights = counted_bytes(4 * 147456)  # the variable itself
+    # The variable itself, in the chunk the simulated pool gave it (a frozen step).
+    weights = _resident_pool(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")).in_use
     # The conv: the float32 image, its 16-bit cast for the layer, the output, the kernel copy.
     assert mixed["forward l0"] == weights + image + half + half + kernel
     # After the conv the copy is gone: image + conv output + BN's float32 copy.
@@ -408,3 +409,16 @@ def test_on_the_cpu_an_op_onednn_rewrites_runs_before_one_it_does_not():
     convs = (layers[0], LayerStats("c1", "Conv2D", (1,), (2,), shape, (65536,)),
              LayerStats("c2", "Conv2D", (1,), (3,), shape, (65536,)), LayerStats("add", "Add", (2, 3), (4,), shape))
     assert _executor_order(convs, [-1, 0, 1, 2, 3], onednn=True) == [0, 1, 2, 3]
+
+
+def test_a_step_with_a_frozen_part_counts_the_variables_in_their_simulated_chunks():
+    # Full training counts each variable at its size + 8 % (the walk's fit); with part of
+    # the model in inference the walk counts them as the simulated pool holds them.
+    profile = chain_profile(sizes=(MAP,) * 3, weights=((8 << 20, 512), (), ()), head_weights=(640, 10),
+                            backbone_layers=3)
+    frozen = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")
+    pool = _resident_pool(profile, frozen)
+    assert estimate_memory(profile, frozen).weights_bytes == pool.in_use >= 4 * (8 << 20)
+    full = TrainingConfig(batch_size=8, optimizer="sgd")
+    assert estimate_memory(profile, full).weights_bytes == counted_bytes(4 * (8 << 20)) + counted_bytes(4 * 512)
+    assert pool.in_use < counted_bytes(4 * (8 << 20))

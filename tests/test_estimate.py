@@ -148,10 +148,17 @@ def test_batchnorm_under_mixed_precision_keeps_a_float32_copy():
 def test_frozen_backbone_drops_its_gradients_state_and_kept_activations():
     full = estimate_memory(BACKBONE, TrainingConfig(batch_size=128, optimizer="adam"))
     frozen = estimate_memory(BACKBONE, TrainingConfig(batch_size=128, optimizer="adam", train_mode=TrainMode.FROZEN_BACKBONE))
-    head_only = expected_counted(4 * 655360) + expected_counted(4 * 10)
-    assert frozen.optimizer_state_bytes == 2 * head_only
+    # Adam's two slots of the head's kernel only (its bias is under 256 KiB), each in the
+    # chunk the simulated pool gives it: its size rounded, or a hole of up to a quarter more.
+    head_slot = 4 * 655360
+    assert 2 * head_slot <= frozen.optimizer_state_bytes <= 2 * head_slot * 5 // 4
     assert frozen.peak_bytes < full.peak_bytes
-    assert frozen.weights_bytes == full.weights_bytes
+    # Every variable stays; full training counts them at +8 %, a frozen step in their chunks.
+    exact = sum(4 * e for layer in BACKBONE.layers for e in (*layer.trainable_weight_elements,
+                                                              *layer.non_trainable_weight_elements) if 4 * e >= 262144)
+    assert exact <= frozen.weights_bytes <= exact * 5 // 4
+    assert full.weights_bytes == sum(expected_counted(4 * e) for layer in BACKBONE.layers
+                                     for e in (*layer.trainable_weight_elements, *layer.non_trainable_weight_elements))
 
 
 def test_frozen_backbone_needs_a_backbone():
@@ -162,7 +169,8 @@ def test_frozen_backbone_needs_a_backbone():
 def test_last_n_layers_trains_less():
     all_ = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adam"))
     last1 = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adam", train_mode="last_n", last_n_layers=1))
-    assert last1.optimizer_state_bytes == 2 * (expected_counted(4 * 655360) + expected_counted(40))
+    head_slot = 4 * 655360  # Adam's two slots of the last layer's kernel, in their simulated chunks
+    assert 2 * head_slot <= last1.optimizer_state_bytes <= 2 * head_slot * 5 // 4 < all_.optimizer_state_bytes
     assert last1.peak_bytes <= all_.peak_bytes
 
 
@@ -630,3 +638,15 @@ def test_the_loss_works_in_float32_on_the_predictions_and_per_label():
     half, single = loss(segmenter(False, 1), "mixed_float16"), loss(segmenter(True, 1), "mixed_float16")
     # 16-bit output: 2 bytes live + 4 float32 temporaries; float32 output: 4 bytes live + 3.
     assert half - single == expected_counted(2 * pixels * 16)
+
+
+def test_the_last_n_layers_of_a_model_with_n_or_fewer_is_full_training():
+    n = len(PROFILE.layers)
+    full = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adamax"))
+    for last in (n, n + 7):
+        every = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adamax", train_mode="last_n",
+                                                        last_n_layers=last))
+        assert every == full
+    fewer = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adamax", train_mode="last_n",
+                                                    last_n_layers=n - 1))
+    assert fewer.optimizer_state_bytes < full.optimizer_state_bytes
