@@ -422,3 +422,31 @@ def test_a_step_with_a_frozen_part_counts_the_variables_in_their_simulated_chunk
     full = TrainingConfig(batch_size=8, optimizer="sgd")
     assert estimate_memory(profile, full).weights_bytes == counted_bytes(4 * (8 << 20)) + counted_bytes(4 * 512)
     assert pool.in_use < counted_bytes(4 * (8 << 20))
+
+
+def test_inference_swish_leaves_its_result_in_a_new_buffer_and_frees_the_input():
+    # Traced (EfficientNetB0 frozen): the activation allocates its result and the conv
+    # output it read is freed after; the walk's bytes are those of writing in place
+    # beside one temporary, the surviving allocation is the new one.
+    from calc.estimate import _simulate, _without_batch
+
+    shape = ((112, 112, 64),)
+    layers = (
+        LayerStats("conv", "Conv2D", (0,), (1,), shape, (1728,), in_backbone=True),
+        LayerStats("act", "Activation", (1,), (2,), shape, activation="swish", in_backbone=True),
+        LayerStats("conv2", "Conv2D", (2,), (3,), shape, (36864,), in_backbone=True, detail="kernel_size=(3, 3)"),
+        LayerStats("head", "Dense", (3,), (4,), ((10,),), (640, 10), activation="softmax"),
+    )
+    profile = ModelProfile("swish", (112, 112, 64), layers, (MAP, MAP, MAP, MAP, 10), (0,), (4,))
+    one = counted_bytes(4 * MAP * 8)
+    for device, survives in (("cpu", "new"), ("gpu", "input")):
+        config = TrainingConfig(batch_size=8, train_mode="frozen_backbone", device=device)
+        events = _simulate(profile, _without_batch(config), record=True)[2]
+        at = events.index(("m", "forward act"))
+        conv_out = [e[1] for e in events[:events.index(("m", "forward conv"))]
+                    if e[0] == "a" and e[2] == 4 * MAP][-1]  # after the image's
+        after = events[at + 1:events.index(("m", "forward conv2"))]
+        freed = {e[1] for e in after if e[0] == "f"}
+        assert (conv_out in freed) == (survives == "new")
+    cpu = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
+    assert cpu["forward act"] == 3 * one  # image, the conv output, the result
