@@ -150,8 +150,12 @@ class _Ledger:
     after each moment. Changes of the fixed components (gradients, early optimizer
     temporaries, ...) become blocks of their own; weights and optimizer slots set
     before the first tensor are resident and left out (``allocator_peak`` places them).
-    When one of several same-size tensors dies, the forward pass frees the oldest and
-    the backward pass the newest.
+    A feature map is recorded under its tensor's key, so its death frees its own
+    allocation (stop 19: freeing the oldest of that size instead had moved other maps'
+    chunks; on the 387 CPU cases 25 frozen steps moved, |error| summed 98.8 -> 72.2 %, the
+    60 frozen sweep points' median 4.0 -> 2.5 %). For the rest, when one of several
+    same-size tensors dies, the forward pass frees the oldest and the backward pass the
+    newest.
     """
 
     def __init__(self, record: bool = False, below: int = UNTRACKED_BELOW) -> None:
@@ -163,6 +167,7 @@ class _Ledger:
         self._seen = [0] * len(COMPONENTS)
         self._blocks: list[list[tuple[int, int]]] = [[] for _ in COMPONENTS]
         self._ids: dict[tuple[int, int], list[int]] = {}
+        self._keyed: dict[object, int] = {}  # a tensor's key -> its allocation's id
         self._serial = 0
         self._started = False
         self.forward = True
@@ -202,7 +207,12 @@ class _Ledger:
                     need -= size
         self._started = True
 
-    def add(self, component: int, per_sample_bytes: int, count: int = 1) -> None:
+    def add(self, component: int, per_sample_bytes: int, count: int = 1, key: object = None) -> None:
+        """Adds ``count`` tensors of this size (or removes ``-count``); ``key`` names one tensor.
+
+        A keyed tensor's removal frees its own allocation event; unkeyed, the forward pass
+        frees the oldest of that size and the backward pass the newest.
+        """
         if per_sample_bytes <= 0 or count == 0:
             return
         hist = self.live[component]
@@ -217,17 +227,29 @@ class _Ledger:
             for _ in range(count):
                 sid = self._new_id()
                 ids.append(sid)
+                if key is not None:
+                    self._keyed[key] = sid
                 self.events.append(("a", sid, per_sample_bytes, 0))
             for _ in range(-count):
-                self.events.append(("f", ids.pop(0) if self.forward else ids.pop()))
+                sid = self._keyed.pop(key, None) if key is not None else None
+                if sid is not None and sid in ids:
+                    ids.remove(sid)
+                else:
+                    sid = ids.pop(0) if self.forward else ids.pop()
+                self.events.append(("f", sid))
+
+    def rekey(self, old: object, new: object) -> None:
+        """A tensor written into another's buffer takes over its allocation."""
+        if old in self._keyed:
+            self._keyed[new] = self._keyed.pop(old)
 
     def add_fixed(self, component: int, nbytes: int) -> None:
         """Adds (or with a negative size frees) one batch-independent block of its own."""
         self.fixed[component] += nbytes
         self._sync_fixed()
 
-    def remove(self, component: int, per_sample_bytes: int) -> None:
-        self.add(component, per_sample_bytes, -1)
+    def remove(self, component: int, per_sample_bytes: int, key: object = None) -> None:
+        self.add(component, per_sample_bytes, -1, key)
 
     def snapshot(self, phase: str, extra_fixed: int = 0, extra_per_sample: tuple[int, ...] = ()) -> None:
         fixed = list(self.fixed)
@@ -933,7 +955,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     def release(t):
         """Frees an activation if it is still allocated."""
         if live[t]:
-            ledger.remove(ACT, nbytes[t])
+            ledger.remove(ACT, nbytes[t], key=("act", t))
             live[t] = False
 
     def free_dead(i, tensors):
@@ -980,8 +1002,9 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             if (alias[target] == target and producer[source] != -1 and last_forward_use[source] == pos[i]
                     and keepers[source] == 0 and source not in outputs and nbytes[source] == nbytes[target]):
                 live[source], live[target] = False, True
+                ledger.rekey(("act", source), ("act", target))
             else:
-                ledger.add(ACT, nbytes[target])
+                ledger.add(ACT, nbytes[target], key=("act", target))
                 live[target] = True
         elif (not new_buffer) and _writes_in_place(layer, inference[i], precision, alias, producer,
                                                    last_forward_use, keepers, nbytes, outputs, pos[i], frozen_op):
@@ -989,10 +1012,11 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             # (TensorFlow forwards an input buffer with no other reader to the output).
             source, target = alias[layer.input_ids[0]], layer.output_ids[0]
             live[source], live[target] = False, True
+            ledger.rekey(("act", source), ("act", target))
         else:
             for t in layer.output_ids:
                 if alias[t] == t:
-                    ledger.add(ACT, nbytes[t])
+                    ledger.add(ACT, nbytes[t], key=("act", t))
                     live[t] = True
         for size in private[i]:
             ledger.add(ACT, size)

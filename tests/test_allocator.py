@@ -450,3 +450,29 @@ def test_inference_swish_leaves_its_result_in_a_new_buffer_and_frees_the_input()
         assert (conv_out in freed) == (survives == "new")
     cpu = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
     assert cpu["forward act"] == 3 * one  # image, the conv output, the result
+
+
+def test_the_walk_frees_the_tensor_that_dies_not_the_oldest_of_its_size():
+    # conv0 -> conv1 -> conv2, Add(conv0, conv2), frozen, every map one size: after conv2
+    # it is conv1's output that dies, while conv0's lives on for the Add. The allocator
+    # simulation sees allocations by identity, so the freed event must be conv1's.
+    from calc.estimate import _simulate, _without_batch
+
+    shape = ((112, 112, 64),)
+    layers = (
+        LayerStats("conv0", "Conv2D", (0,), (1,), shape, (4096,), in_backbone=True, detail="kernel_size=(1, 1)"),
+        LayerStats("conv1", "Conv2D", (1,), (2,), shape, (4096,), in_backbone=True, detail="kernel_size=(1, 1)"),
+        LayerStats("conv2", "Conv2D", (2,), (3,), shape, (4096,), in_backbone=True, detail="kernel_size=(1, 1)"),
+        LayerStats("add", "Add", (1, 3), (4,), shape, in_backbone=True),
+        LayerStats("head", "Dense", (4,), (5,), ((10,),), (640, 10), activation="softmax"),
+    )
+    profile = ModelProfile("ids", (112, 112, 64), layers, (MAP,) * 5 + (10,), (0,), (5,))
+    events = _simulate(profile, _without_batch(TrainingConfig(batch_size=8, train_mode="frozen_backbone")),
+                       record=True)[2]
+
+    def made_by(name):  # the id of the last per-sample allocation before the layer's moment
+        return [e[1] for e in events[:events.index(("m", f"forward {name}"))] if e[0] == "a" and e[2] == 4 * MAP][-1]
+
+    after_conv2 = events[events.index(("m", "forward conv2")) + 1:events.index(("m", "forward add"))]
+    assert [e[1] for e in after_conv2 if e[0] == "f"] == [made_by("conv1")]
+    assert made_by("conv0") not in {e[1] for e in after_conv2}
