@@ -34,9 +34,9 @@ from calc.profiles import get_profile  # noqa: E402
 from calc.validation import CPU_DATA, VALIDATION_CASES, case_id, config_from_dict, load_measurements, measured_device, spec_from_dict  # noqa: E402
 from full_training_variants import _summary  # noqa: E402  (errors in percent)
 
-HOLDOUTS = {"holdouts 13-15": slice(-140, -98), "holdout 16": slice(-98, -84), "holdout 17": slice(-84, -70),
-            "holdout 18": slice(-70, -56), "holdout 19": slice(-56, -42), "holdout 20": slice(-42, -28),
-            "holdout 21": slice(-28, -14), "holdout 22": slice(-14, None)}
+HOLDOUTS = {"holdouts 13-15": slice(-154, -112), "holdout 16": slice(-112, -98), "holdout 17": slice(-98, -84),
+            "holdout 18": slice(-84, -70), "holdout 19": slice(-70, -56), "holdout 20": slice(-56, -42),
+            "holdout 21": slice(-42, -28), "holdout 22": slice(-28, -14), "holdout 23": slice(-14, None)}
 
 
 def study(path: Path) -> None:
