@@ -711,7 +711,11 @@ def partly_frozen(profile: ModelProfile, config: TrainingConfig) -> bool:
     The last N layers of a model with N layers or fewer is full training, and is estimated
     as such (the nineteenth holdout's VGG19 224 px b1 Adamax, last 30 of 23 layers).
     """
-    return config.train_mode is not TrainMode.ALL and not all(_trainable_flags(profile, config)[0])
+    if config.train_mode is TrainMode.ALL:
+        return False
+    if config.train_mode is TrainMode.LAST_N:  # _trainable_flags trains them all when N covers the model
+        return config.last_n_layers < len(profile.layers)
+    return not all(_trainable_flags(profile, config)[0])
 
 
 def _raw_bytes(nbytes: int, below: int = UNTRACKED_BELOW) -> int:
@@ -993,8 +997,9 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         # 387 CPU cases it moved 18 frozen or last-N steps, |error| summed 96.6 -> 78.1 %
         # (ConvNeXtTiny 224 px b64 +11.5 -> +2.5 %, EfficientNetB5 224 px b4 -1.7 -> +7.9 %).
         # The CPU only: no GPU trace shows which buffer survives there.
-        chain = _inference_scratch(layer, staged) if frozen_op and not staged else 0.0
-        new_buffer = chain >= 1.0 and layer.layer_type in _ELEMENTWISE and config.device is not Device.GPU
+        scratch_share = _inference_scratch(layer, staged) if frozen_op else rule.forward_scratch
+        new_buffer = (frozen_op and not staged and scratch_share >= 1.0 and layer.layer_type in _ELEMENTWISE
+                      and config.device is not Device.GPU)
         if conv != -1:
             # The biased conv fused into this Add writes into the addend's buffer when
             # nothing else reads it, else into a new one; its own output is never made.
@@ -1021,7 +1026,6 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         for size in private[i]:
             ledger.add(ACT, size)
         ledger.fixed[ACT] += private_fixed[i]
-        scratch_share = _inference_scratch(layer, staged) if frozen_op else rule.forward_scratch
         if new_buffer:
             scratch_share -= 1.0  # the temporary is the output
         scratch = tuple(int(scratch_share * nbytes[t]) for t in layer.output_ids) + tuple(cast_inputs)
@@ -1394,10 +1398,20 @@ def _resident_pool(profile: ModelProfile, config: TrainingConfig, drawn_kernels:
     return bfc
 
 
-@lru_cache(maxsize=128)
+@lru_cache(maxsize=256)
+def _resident_built(profile: ModelProfile, config: TrainingConfig, drawn_kernels: bool) -> tuple[tuple, int, int]:
+    """``_resident_pool`` once per configuration and history: its snapshot, and the bytes
+    the variables, then the optimizer's slots, hold in its chunks."""
+    kept: list = []
+    snapshot = _resident_pool(profile, config, drawn_kernels, kept=kept).snapshot()
+    n_variables = len(_variable_elements(profile, _trainable_flags(profile, config)[0])[0])
+    weights = sum(chunk.size for k, chunk in kept if k < n_variables)
+    return snapshot, weights, sum(chunk.size for _, chunk in kept) - weights
+
+
 def _resident_state(profile: ModelProfile, config: TrainingConfig, drawn_kernels: bool) -> tuple:
     """``_resident_pool`` as a snapshot, made once per configuration (every batch shares it)."""
-    return _resident_pool(profile, config, drawn_kernels).snapshot()
+    return _resident_built(profile, config, drawn_kernels)[0]
 
 
 def _allocator_peak(profile: ModelProfile, config: TrainingConfig, batch: int) -> int:
@@ -1452,20 +1466,15 @@ def _resident_counted(profile: ModelProfile, config: TrainingConfig) -> int:
     return sum(counted_bytes(n, below) for n in _resident_requests(profile, config))
 
 
-@lru_cache(maxsize=128)
 def _resident_chunks(profile: ModelProfile, config: TrainingConfig) -> tuple[int, int]:
     """Bytes the variables, then the optimizer's slots, hold in the simulated pool's chunks.
 
-    ``_resident_pool`` with the kernels drawn (the measured pattern): each variable and
-    slot in the chunk the simulated allocator hands it, which is its size rounded to 256
-    bytes unless a hole left by an earlier draw is handed out whole.
+    ``_resident_pool`` with the kernels drawn (the measured pattern), the pool the drawn
+    history replays the step in: each variable and slot in the chunk the simulated
+    allocator hands it, which is its size rounded to 256 bytes unless a hole left by an
+    earlier draw is handed out whole.
     """
-    kept: list = []
-    _resident_pool(profile, config, True, kept=kept)
-    trained = _trainable_flags(profile, config)[0]
-    n_variables = len(_variable_elements(profile, trained)[0])
-    weights = sum(chunk.size for k, chunk in kept if k < n_variables)
-    return weights, sum(chunk.size for _, chunk in kept) - weights
+    return _resident_built(profile, config, True)[1:]
 
 
 def replay(pool, events, batch: int, live: dict | None = None, below: int = UNTRACKED_BELOW) -> dict:
