@@ -55,8 +55,15 @@ def kind_of(op: str) -> str:
     return "/".join(re.sub(r"_\d+$", "", p) for p in below) or op
 
 
-def layer_of(op: str) -> str:
+def layer_of(op: str, names: set[str] = frozenset()) -> str:
+    """The layer an op belongs to: the first part of its name (numbers dropped) that names a
+    layer in ``names``, which finds layers inside a nested backbone
+    (``model/backbone/layer/op``); without ``names``, the part below the model."""
     parts = op.split("/")
+    for p in parts[:-1]:
+        name = re.sub(r"_\d+$", "", p)
+        if name in names:
+            return name
     i = 2 if parts[0] == "gradient_tape" else 1
     return re.sub(r"_\d+$", "", parts[i]) if len(parts) > i else ""
 
@@ -270,7 +277,7 @@ def main() -> None:
     measured_kept: dict[str, int] = defaultdict(int)
     for e in live:
         if part_of(e[4], model_prefixes) == "forward":
-            measured_kept[layer_of(e[4])] += e[1]
+            measured_kept[layer_of(e[4], set(types))] += e[1]
     by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for name in set(measured_kept) | {n for n, k in engine_kept.items() if k}:
         t = by_type[types.get(name, "(not a layer)")]
