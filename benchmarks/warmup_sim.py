@@ -1,6 +1,7 @@
 """A simulated first step with the optimizer's slot copies, then the measured step (a study).
 
     python benchmarks/warmup_sim.py [SUBSTRING]
+    python benchmarks/warmup_sim.py --frozen-policies
 
 The engine's allocator simulation (``calc.estimate._allocator_peak``) replays the measured
 step after a pool holding every variable and every optimizer slot. The real pool holds,
@@ -13,6 +14,10 @@ them (drawn kernels), one zeros buffer per distinct slot size, the walk's step w
 layer's slot buffers made at its update (the ``("u", layer)`` events), then the step again,
 measured. It prints, per validation case, the engine's error, the simulation's as the
 engine runs it, and this one's; then the summaries, for full training and for the rest.
+
+``--frozen-policies`` compares ways of estimating a step with a frozen part (the engine's
+larger of the walk and its two histories, and with this warmed pool) over the frozen or
+last-N validation cases and the frozen batch-sweep points (``calc/data/frozen_sweeps_cpu.json``).
 """
 
 from __future__ import annotations
@@ -100,5 +105,50 @@ def main(substring: str) -> None:
                   f"(more than 5 %: {sum(x < -5 for x in v)}), median signed {statistics.median(v):+.2f} %")
 
 
+def frozen_policies() -> None:
+    import json
+
+    from calc.catalogue import make_spec
+    from calc.types import TrainingConfig
+    from calc.validation import config_from_dict, spec_from_dict
+
+    points = []
+    for raw in load_measurements()["cases"]:
+        config = config_from_dict(raw["config"])
+        if config.train_mode.value != "all":
+            points.append(("validation", get_profile(spec_from_dict(raw["spec"])), config, raw["peak_bytes"]))
+    sweeps = os.path.join(os.path.dirname(E.__file__), "data", "frozen_sweeps_cpu.json")
+    with open(sweeps, encoding="utf-8") as f:
+        for p in json.load(f)["points"]:
+            config = TrainingConfig(batch_size=p["batch_size"], optimizer=p["optimizer"], train_mode="frozen_backbone")
+            profile = get_profile(make_spec(p["model"], p["image_size"], include_top=False))
+            points.append(("sweep", profile, config, p["peak_mib"] * 2 ** 20))
+    rows = []
+    for source, profile, config, measured in points:
+        estimate = E.estimate_memory(profile, config)
+        walk = estimate.peak_bytes - estimate.allocator_bytes
+        base, batch = E._without_batch(config), config.per_replica_batch
+        drawn, one = E._history_peak(profile, base, batch, True), E._history_peak(profile, base, batch, False)
+        rows.append((source, measured, walk, drawn, one, warmed_peak(profile, config, batch)))
+    policies = {
+        "max(walk, drawn, one value) (the engine)": lambda w, d, o, x: max(w, d, o),
+        "max(walk, warmed)": lambda w, d, o, x: max(w, x),
+        "max(walk, warmed, drawn)": lambda w, d, o, x: max(w, x, d),
+        "max(walk, drawn, one value, warmed)": lambda w, d, o, x: max(w, d, o, x),
+    }
+    for source in ("validation", "sweep"):
+        picked = [r for r in rows if r[0] == source]
+        print(f"{source}: {len(picked)} points")
+        for label, policy in policies.items():
+            v = [(policy(*r[2:]) - r[1]) / r[1] * 100 for r in picked]
+            a = sorted(map(abs, v))
+            print(f"  {label:42s} median {statistics.median(a):5.2f} %  p90 {a[int(len(a) * 0.9)]:5.1f} %  "
+                  f"max {a[-1]:5.1f} %  under {sum(x < 0 for x in v):3d}  more than 5 % low {sum(x < -5 for x in v):3d}  "
+                  f"more than 10 % low {sum(x < -10 for x in v):3d}  beyond 10 % {sum(x > 10 for x in a):3d}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "")
+    if sys.argv[1:2] == ["--frozen-policies"]:
+        frozen_policies()
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "")
