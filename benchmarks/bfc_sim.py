@@ -328,26 +328,40 @@ def _slot_moved_peak(profile, config, events, also_one_value: bool = False) -> i
     return bfc.peak
 
 
-def variants(names: list[str]) -> None:
-    """Each resident-phase variant as the engine's max(walk, simulation), on every frozen point."""
+def frozen_points() -> list[tuple]:
+    """Every measured step with a frozen part: ``(source, label, profile, config, measured bytes)``.
+
+    The frozen or last-N cases of the CPU validation set (source ``"validation"``), then the
+    frozen batch-sweep points (``"sweep"``).
+    """
     from calc.catalogue import make_spec
-    from calc.estimate import estimate_memory
     from calc.profiles import get_profile
     from calc.types import TrainingConfig
-    from calc.validation import config_from_dict, spec_from_dict
+    from calc.validation import config_from_dict, load_measurements, spec_from_dict
 
     points = []
-    for raw in json.load(open(os.path.join(ROOT, "calc", "data", "validation_cpu.json")))["cases"]:
+    for raw in load_measurements()["cases"]:
         config = config_from_dict(raw["config"])
         if config.train_mode.value != "all":
-            points.append((raw["case"], get_profile(spec_from_dict(raw["spec"])), config, raw["peak_bytes"]))
-    for p in json.load(open(SWEEPS))["points"]:
-        config = TrainingConfig(batch_size=p["batch_size"], optimizer=p["optimizer"], train_mode="frozen_backbone")
-        points.append((f"{p['model']} {p['image_size']}px {p['optimizer']} frozen b{p['batch_size']}",
-                       get_profile(make_spec(p["model"], p["image_size"], include_top=False)), config, p["peak_mib"] * MIB))
+            points.append(("validation", raw["case"], get_profile(spec_from_dict(raw["spec"])), config,
+                           raw["peak_bytes"]))
+    with open(SWEEPS, encoding="utf-8") as f:
+        for p in json.load(f)["points"]:
+            config = TrainingConfig(batch_size=p["batch_size"], optimizer=p["optimizer"], train_mode="frozen_backbone")
+            points.append(("sweep", f"{p['model']} {p['image_size']}px {p['optimizer']} frozen b{p['batch_size']}",
+                           get_profile(make_spec(p["model"], p["image_size"], include_top=False)), config,
+                           p["peak_mib"] * MIB))
+    return points
+
+
+def variants(names: list[str]) -> None:
+    """Each resident-phase variant as the engine's max(walk, simulation), on every frozen point."""
+    from calc.estimate import estimate_memory
+
+    points = frozen_points()
     for variant in names or RESIDENT_VARIANTS:
         errors = []
-        for label, profile, config, measured in points:
+        for _, label, profile, config, measured in points:
             b = estimate_memory(profile, config)
             walk = b.peak_bytes - b.allocator_bytes
             errors.append(((max(walk, _variant_peak(profile, config, variant)) / measured - 1) * 100, label))

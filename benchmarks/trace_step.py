@@ -275,9 +275,10 @@ def main() -> None:
     engine_kept = {layer.name: kept * config.per_replica_batch
                    for layer, kept in zip(profile.layers, plan.kept_per_sample)}
     measured_kept: dict[str, int] = defaultdict(int)
+    layer_names = set(types)
     for e in live:
         if part_of(e[4], model_prefixes) == "forward":
-            measured_kept[layer_of(e[4], set(types))] += e[1]
+            measured_kept[layer_of(e[4], layer_names)] += e[1]
     by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for name in set(measured_kept) | {n for n, k in engine_kept.items() if k}:
         t = by_type[types.get(name, "(not a layer)")]

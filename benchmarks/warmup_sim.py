@@ -106,25 +106,10 @@ def main(substring: str) -> None:
 
 
 def frozen_policies() -> None:
-    import json
+    from bfc_sim import frozen_points
 
-    from calc.catalogue import make_spec
-    from calc.types import TrainingConfig
-    from calc.validation import config_from_dict, spec_from_dict
-
-    points = []
-    for raw in load_measurements()["cases"]:
-        config = config_from_dict(raw["config"])
-        if config.train_mode.value != "all":
-            points.append(("validation", get_profile(spec_from_dict(raw["spec"])), config, raw["peak_bytes"]))
-    sweeps = os.path.join(os.path.dirname(E.__file__), "data", "frozen_sweeps_cpu.json")
-    with open(sweeps, encoding="utf-8") as f:
-        for p in json.load(f)["points"]:
-            config = TrainingConfig(batch_size=p["batch_size"], optimizer=p["optimizer"], train_mode="frozen_backbone")
-            profile = get_profile(make_spec(p["model"], p["image_size"], include_top=False))
-            points.append(("sweep", profile, config, p["peak_mib"] * 2 ** 20))
     rows = []
-    for source, profile, config, measured in points:
+    for source, _, profile, config, measured in frozen_points():
         estimate = E.estimate_memory(profile, config)
         walk = estimate.peak_bytes - estimate.allocator_bytes
         base, batch = E._without_batch(config), config.per_replica_batch
