@@ -1,6 +1,6 @@
 """Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
 
-    python benchmarks/sample_holdout.py --seed 12 --count 14 [--max-peak-gib 2.5] [--precision mixed_float16] [--trained]
+    python benchmarks/sample_holdout.py --seed 12 --count 14 [--max-peak-gib 2.5] [--precision mixed_float16] [--trained | --frozen]
 
 Every earlier holdout was picked by a person (new families, new optimizers, hard
 layouts), which tests what that person thought of. This draws configurations the way
@@ -12,7 +12,9 @@ limits), and prints them as ``_case(...)`` lines for ``calc/validation.py`` with
 engine's prediction beside each, to be committed before they are measured.
 ``--precision`` sets every drawn case's precision (the rest is drawn as before), for a
 holdout aimed at one precision's mechanisms; ``--trained`` keeps only the drawn steps
-that train the backbone (full training or the last N layers).
+that train the backbone (full training or the last N layers); ``--frozen`` keeps only the
+drawn steps with a frozen part (a frozen backbone or the last N layers), for a holdout aimed
+at the allocator's pool history, which decides those steps' peaks.
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def main() -> None:
     parser.add_argument("--max-peak-gib", type=float, default=2.5)
     parser.add_argument("--max-activations-gib", type=float, default=1.5)
     parser.add_argument("--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"))
-    parser.add_argument("--trained", action="store_true")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--trained", action="store_true")
+    group.add_argument("--frozen", action="store_true")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     kept, drawn = 0, 0
@@ -82,6 +86,8 @@ def main() -> None:
         if args.precision:
             kwargs["precision"] = args.precision
         if args.trained and kwargs["mode"] == "frozen_backbone":
+            continue
+        if args.frozen and kwargs["mode"] == "all":
             continue
         try:
             spec, config = _case(*case_args, **kwargs)  # the validation list's own constructor
