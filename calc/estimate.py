@@ -281,6 +281,15 @@ def _tensors(multiple: float, size: int) -> list[int]:
 _ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
 _GRADIENT_IN_PLACE = {"Activation", "ReLU", "LeakyReLU", "ELU"}
 _GRADIENT_IN_PLACE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "sigmoid", "tanh", "leaky_relu"}
+# 1-D pooling runs as expand_dims -> 2-D pool -> squeeze (tf.nn.max_pool1d/avg_pool1d),
+# and the buffer its gradient op makes for the input's gradient (MaxPoolGrad,
+# AvgPoolGrad) stays allocated until the step ends, through every earlier layer's
+# backward and the updates; what writes into it in place (ReluGrad) shares that fate.
+# Traced (benchmarks/probe_pool1d.py): three Conv1D -> MaxPooling1D blocks, with or
+# without BatchNormalization, and AveragePooling1D, free those buffers in the step's
+# last events, grappler's memory optimizer on or off; MaxPooling2D's are freed as the
+# layer below finishes. conv1d_audio b64 adam holds four (58.6 MiB) at its peak.
+_GRADIENT_HELD_TO_END = {"MaxPooling1D", "AveragePooling1D"}
 
 
 # TensorFlow merges identical stateless ops that read the same tensors before it runs a
@@ -1056,6 +1065,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     ledger.snapshot("loss", extra_per_sample=tuple(loss_temporaries))
     ledger.forward = False
     grad_live = [False] * n_tensors
+    held = [False] * n_tensors  # gradient buffers kept until the step ends (_GRADIENT_HELD_TO_END)
     for t in outputs:
         grad_live[t] = True
         ledger.add(TRANS, nbytes[t])
@@ -1115,6 +1125,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             # BinaryElementWiseOp forwards an input buffer). Traced: dcgan_discriminator
             # b64 adam, no allocation for LeakyReluGrad.
             grad_live[target], grad_live[source] = False, True
+            held[source], held[target] = held[target], False
         for t in {alias[x] for x in layer.input_ids}:
             if not requires_grad[t] or in_place:
                 continue
@@ -1122,6 +1133,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 extra.append(nbytes[t])  # a second contribution, added into the first
             else:
                 grad_live[t] = True
+                held[t] = layer.layer_type in _GRADIENT_HELD_TO_END
                 ledger.add(TRANS, nbytes[t])
         if has_weights[i]:
             if sparse_values[i]:
@@ -1150,7 +1162,8 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         for t in {alias[x] for x in layer.output_ids}:
             if grad_live[t]:
                 grad_live[t] = False
-                ledger.remove(TRANS, nbytes[t])
+                if not held[t]:
+                    ledger.remove(TRANS, nbytes[t])
         for t in kept_ids[i]:
             keepers[t] -= 1
             if keepers[t] == 0:

@@ -613,6 +613,25 @@ def test_an_elementwise_gradient_writes_into_its_output_gradient():
         assert m.components(batch)[TRANS] == expected_counted(4 * size * batch)  # one gradient, not two
 
 
+@pytest.mark.parametrize("pool, held", [("MaxPooling1D", True), ("AveragePooling1D", True), ("MaxPooling2D", False)])
+def test_a_1d_pools_input_gradient_stays_until_the_step_ends(pool, held):
+    # tf.nn.max_pool1d / avg_pool1d wrap a 2-D pool in expand_dims and squeeze; the buffer
+    # their gradient makes for the input stays allocated until the step ends (traced:
+    # benchmarks/probe_pool1d.py, freed in the step's last events); a 2-D pool's is freed
+    # when the layer below has run its backward.
+    from calc.estimate import TRANS, UPDATE_PHASE
+
+    size, batch = 1 << 18, 4
+    chain = chain_profile(sizes=(size, size // 4, size // 4), types=("Conv1D", pool, "Conv1D"),
+                          weights=((9, 1), (), (9, 1)), head_weights=(10, 1))
+    config = TrainingConfig(batch_size=batch, optimizer="sgd")
+    pool_input_gradient = expected_counted(4 * size * batch)
+    after_first_conv = _moment(chain, config, UPDATE_PHASE).components(batch)[TRANS]
+    assert after_first_conv == (pool_input_gradient if held else 0)
+    # While the first convolution's gradient runs, the pool's input gradient is its input either way.
+    assert _moment(chain, config, "backward l0").components(batch)[TRANS] == pool_input_gradient
+
+
 def test_the_loss_works_in_float32_on_the_predictions_and_per_label():
     # Keras computes the loss in float32: a 16-bit prediction is cast (one more float32
     # temporary than a float32 prediction needs) before the clip (two ops) and the log; the
