@@ -4,38 +4,41 @@
 
 Builds small models of three Conv(relu) blocks, each followed by a pooling layer
 (KIND: ``1d_max``, ``1d_bn_max`` with BatchNormalization before the pool, ``1d_avg``,
-``1d_bn_avg``, ``2d_bn_max``; all by default), trains each one step by the validation
+``1d_bn_avg``, ``1d_dense_max`` with a Dense layer in place of the Conv1D, ``1d_nobias_max``
+and ``1d_dense_nobias_max`` without their bias, ``2d_bn_max``; all by default), trains each one step by the validation
 protocol with TensorFlow's profiler on (``calc.measure``'s child, ``trace=True``) and
 prints, for every ``MaxPoolGrad``/``AvgPoolGrad`` allocation, the event that made it and
 the one that freed it, out of the step's events.
 
-What it shows (stop 21, docs/MEASUREMENTS.md): the 1-D pools' gradient buffers are freed
-in the step's last events, after every earlier layer's backward and the updates; the 2-D
-pool's are freed as the layer below finishes. ``--no-memory-optimizer`` runs the child
-with grappler's memory optimizer off (``RewriterConfig.NO_MEM_OPT``), to tell this apart
-from grappler's rewrite of gradient sums (``benchmarks/probe_addn_rewrite.py``).
+What it shows (stop 21, docs/MEASUREMENTS.md): above a layer with a bias, the 1-D pools'
+gradient buffers are freed in the step's last events, after every earlier layer's backward
+and the updates; above a layer without one they are freed as the layer below finishes, as
+the 2-D pool's are. ``--no-memory-optimizer`` runs the child
+with grappler's memory optimizer off (``probe_addn_rewrite.measure_without_memory_optimizer``),
+to tell this apart from grappler's rewrite of gradient sums (``benchmarks/probe_addn_rewrite.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import runpy
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from probe_addn_rewrite import measure_without_memory_optimizer  # noqa: E402
+
 from calc.catalogue import ModelFile  # noqa: E402
-from calc.measure import child_env, measure_once  # noqa: E402
-from calc.requests import config_to_dict, spec_to_dict  # noqa: E402
+from calc.measure import measure_once  # noqa: E402
 from calc.types import TrainingConfig  # noqa: E402
 
 MIB = 2**20
-KINDS = ("1d_max", "1d_bn_max", "1d_avg", "1d_bn_avg", "2d_bn_max")
+KINDS = ("1d_max", "1d_bn_max", "1d_avg", "1d_bn_avg", "1d_dense_max", "1d_nobias_max", "1d_dense_nobias_max",
+         "2d_bn_max")
 
 
 def build(keras, kind: str):
@@ -44,8 +47,13 @@ def build(keras, kind: str):
     inp = keras.Input((4000, 1) if one_d else (200, 20, 1))
     x = inp
     for filters in (16, 32, 64):
-        x = (L.Conv1D(filters, 9, padding="same", activation="relu") if one_d
-             else L.Conv2D(filters, 3, padding="same", activation="relu"))(x)
+        bias = "nobias" not in kind
+        if "dense" in kind:
+            x = L.Dense(filters, use_bias=bias)(x)
+        elif one_d:
+            x = L.Conv1D(filters, 9, padding="same", activation="relu", use_bias=bias)(x)
+        else:
+            x = L.Conv2D(filters, 3, padding="same", activation="relu")(x)
         if "_bn_" in kind:
             x = L.BatchNormalization()(x)
         if one_d:
@@ -59,37 +67,10 @@ def build(keras, kind: str):
 def measure(path: str, config: TrainingConfig, memory_optimizer: bool) -> dict:
     if memory_optimizer:
         return measure_once(ModelFile(path), config, trace=True)
-    request = json.dumps({"spec": spec_to_dict(ModelFile(path)), "config": config_to_dict(config),
-                          "xla": False, "trace": True})
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", request], capture_output=True,
-                          text=True, env=child_env(), stdin=subprocess.DEVNULL, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("MEASURED ")]
-    if not lines:
-        raise SystemExit(f"the child failed: {(proc.stderr or proc.stdout).strip().splitlines()[-3:]}")
-    return json.loads(lines[0][len("MEASURED "):])
-
-
-def child(request: str) -> None:
-    """``calc.keras_adapter``'s measurement child, with grappler's memory optimizer off."""
-    from tensorflow.core.protobuf import rewriter_config_pb2
-    from tensorflow.python.eager import context
-
-    config = context.Context.config.fget
-
-    def without_memory_optimizer(self):
-        proto = config(self)
-        proto.graph_options.rewrite_options.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
-        return proto
-
-    context.Context.config = property(without_memory_optimizer)
-    sys.argv = ["calc.keras_adapter", request]
-    runpy.run_module("calc.keras_adapter", run_name="__main__")
+    return measure_without_memory_optimizer(ModelFile(path), config, trace=True)
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--child"]:
-        child(sys.argv[2])
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kinds", nargs="*", metavar="KIND", help=f"any of {', '.join(KINDS)} (all by default)")
     parser.add_argument("--batch", type=int, default=32)

@@ -281,15 +281,20 @@ def _tensors(multiple: float, size: int) -> list[int]:
 _ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
 _GRADIENT_IN_PLACE = {"Activation", "ReLU", "LeakyReLU", "ELU"}
 _GRADIENT_IN_PLACE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "sigmoid", "tanh", "leaky_relu"}
-# 1-D pooling runs as expand_dims -> 2-D pool -> squeeze (tf.nn.max_pool1d/avg_pool1d),
-# and the buffer its gradient op makes for the input's gradient (MaxPoolGrad,
-# AvgPoolGrad) stays allocated until the step ends, through every earlier layer's
-# backward and the updates; what writes into it in place (ReluGrad) shares that fate.
-# Traced (benchmarks/probe_pool1d.py): three Conv1D -> MaxPooling1D blocks, with or
-# without BatchNormalization, and AveragePooling1D, free those buffers in the step's
-# last events, grappler's memory optimizer on or off; MaxPooling2D's are freed as the
-# layer below finishes. conv1d_audio b64 adam holds four (58.6 MiB) at its peak.
+# 1-D pooling runs as expand_dims -> 2-D pool -> squeeze (tf.nn.max_pool1d/avg_pool1d).
+# When the layer below it ends its backward with a bias or offset gradient (a Conv1D or
+# Dense with a bias, a normalization's beta, reached through element-wise layers), the
+# buffer the pool's gradient op makes for its input (MaxPoolGrad, AvgPoolGrad) stays
+# allocated until the step ends, through every earlier layer's backward and the
+# updates; what writes into it in place (ReluGrad) shares that fate. Traced
+# (benchmarks/probe_pool1d.py; the executor runs those reductions last, the likely
+# cause): Conv1D (bias, relu or linear) or Dense (bias) -> MaxPooling1D or
+# AveragePooling1D, with or without BatchNormalization between, grappler's memory
+# optimizer on or off, all held; after a Conv1D or Dense without a bias, or after
+# another pool, freed as the layer below finishes, as MaxPooling2D's always are.
+# conv1d_audio b64 adam holds four (58.6 MiB) at its peak.
 _GRADIENT_HELD_TO_END = {"MaxPooling1D", "AveragePooling1D"}
+_BIAS_REDUCING = {"Conv1D", "Dense", "BatchNormalization", "LayerNormalization"}
 
 
 # TensorFlow merges identical stateless ops that read the same tensors before it runs a
@@ -1066,6 +1071,15 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     ledger.forward = False
     grad_live = [False] * n_tensors
     held = [False] * n_tensors  # gradient buffers kept until the step ends (_GRADIENT_HELD_TO_END)
+
+    def reduces_a_bias_below(t: int) -> bool:
+        """Whether the layer making ``t``, through element-wise layers, reduces a bias gradient in its backward."""
+        i = producer[t]
+        while i != -1 and layers[i].layer_type in _ELEMENTWISE and len(layers[i].input_ids) == 1:
+            i = producer[alias[layers[i].input_ids[0]]]
+        return (i != -1 and backward[i] and layers[i].layer_type in _BIAS_REDUCING
+                and len(layers[i].trainable_weight_elements) >= 2)
+
     for t in outputs:
         grad_live[t] = True
         ledger.add(TRANS, nbytes[t])
@@ -1133,7 +1147,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 extra.append(nbytes[t])  # a second contribution, added into the first
             else:
                 grad_live[t] = True
-                held[t] = layer.layer_type in _GRADIENT_HELD_TO_END
+                held[t] = layer.layer_type in _GRADIENT_HELD_TO_END and reduces_a_bias_below(t)
                 ledger.add(TRANS, nbytes[t])
         if has_weights[i]:
             if sparse_values[i]:

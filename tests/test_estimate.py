@@ -613,23 +613,50 @@ def test_an_elementwise_gradient_writes_into_its_output_gradient():
         assert m.components(batch)[TRANS] == expected_counted(4 * size * batch)  # one gradient, not two
 
 
-@pytest.mark.parametrize("pool, held", [("MaxPooling1D", True), ("AveragePooling1D", True), ("MaxPooling2D", False)])
-def test_a_1d_pools_input_gradient_stays_until_the_step_ends(pool, held):
-    # tf.nn.max_pool1d / avg_pool1d wrap a 2-D pool in expand_dims and squeeze; the buffer
-    # their gradient makes for the input stays allocated until the step ends (traced:
-    # benchmarks/probe_pool1d.py, freed in the step's last events); a 2-D pool's is freed
-    # when the layer below has run its backward.
+@pytest.mark.parametrize("below, pool, held", [
+    ("Conv1D", "MaxPooling1D", True), ("Conv1D", "AveragePooling1D", True), ("Dense", "MaxPooling1D", True),
+    ("Conv1D", "MaxPooling2D", False),  # a 2-D pool's is freed as the layer below finishes
+    ("Conv1D without bias", "MaxPooling1D", False), ("AveragePooling1D", "MaxPooling1D", False),
+])
+def test_a_1d_pools_input_gradient_stays_until_the_step_ends_above_a_bias(below, pool, held):
+    # tf.nn.max_pool1d / avg_pool1d wrap a 2-D pool in expand_dims and squeeze; above a
+    # layer whose backward reduces a bias gradient, the buffer their gradient makes for the
+    # input stays allocated until the step ends (traced: benchmarks/probe_pool1d.py, freed
+    # in the step's last events); above a layer without a bias, or another pool, and for a
+    # 2-D pool, it is freed when the layer below has run its backward.
     from calc.estimate import TRANS, UPDATE_PHASE
 
     size, batch = 1 << 18, 4
-    chain = chain_profile(sizes=(size, size // 4, size // 4), types=("Conv1D", pool, "Conv1D"),
-                          weights=((9, 1), (), (9, 1)), head_weights=(10, 1))
+    kind, weights = {"Conv1D": ("Conv1D", (9, 1)), "Dense": ("Dense", (9, 1)),
+                     "Conv1D without bias": ("Conv1D", (9,)), "AveragePooling1D": ("AveragePooling1D", ())}[below]
+    chain = chain_profile(sizes=(size, size, size // 4, size // 4), types=("Conv1D", kind, pool, "Conv1D"),
+                          weights=((9,), weights, (), (9, 1)), head_weights=(10, 1))  # l0 has no bias
     config = TrainingConfig(batch_size=batch, optimizer="sgd")
     pool_input_gradient = expected_counted(4 * size * batch)
-    after_first_conv = _moment(chain, config, UPDATE_PHASE).components(batch)[TRANS]
-    assert after_first_conv == (pool_input_gradient if held else 0)
-    # While the first convolution's gradient runs, the pool's input gradient is its input either way.
-    assert _moment(chain, config, "backward l0").components(batch)[TRANS] == pool_input_gradient
+    after_the_first_conv = _moment(chain, config, UPDATE_PHASE).components(batch)[TRANS]
+    assert after_the_first_conv == (pool_input_gradient if held else 0)
+    # While the layer below runs its backward, the pool's input gradient is its input either way.
+    assert _moment(chain, config, "backward l1").components(batch)[TRANS] >= pool_input_gradient
+
+
+@pytest.mark.parametrize("kind, outputs_kept", [
+    ("ZeroPadding1D", 0), ("Cropping1D", 0), ("UpSampling1D", 0), ("SpatialDropout1D", 0),
+    ("GaussianDropout", 1), ("AlphaDropout", 1), ("GaussianNoise", 1),
+])
+def test_layers_measured_at_stop_21_keep_what_their_probes_showed(kind, outputs_kept):
+    # benchmarks/probe_layers.py: padding, cropping, nearest repeats and a per-channel
+    # mask keep nothing of the map for the gradient (flat peaks from 2 to 6 layers); a
+    # noise or mask of the output's size is kept by the dropouts and, as measured, by
+    # GaussianNoise. None of them is reported as unknown any more.
+    from calc.estimate import plan_step
+
+    size = 1 << 16
+    chain = chain_profile(sizes=(size, size, size), types=("Conv1D", kind, "Conv1D"),
+                          weights=((9, 1), (), (9, 1)), head_weights=(10, 1))
+    plan = plan_step(chain, TrainingConfig(batch_size=1, optimizer="sgd"))
+    # The next Conv1D keeps this layer's output for its weight gradient; the rest is the layer's own.
+    assert plan.kept_per_sample[1] == (1 + outputs_kept) * 4 * size
+    assert kind not in plan.unknown_layer_types
 
 
 def test_the_loss_works_in_float32_on_the_predictions_and_per_label():
