@@ -18,7 +18,11 @@ and the image-classification-from-scratch network with its augmentation layers i
 Keras DCGAN discriminator, a tabular Dense -> BatchNormalization network and the Keras
 Oxford-pets segmentation network (the fifth); then recurrent networks (the sixth, stop 18):
 the Keras IMDB example's two bidirectional LSTMs on 200 token ids, a GRU text classifier
-and a two-layer LSTM forecaster on 120 steps of 16 features.
+and a two-layer LSTM forecaster on 120 steps of 16 features; then 1-D networks for the
+rules of stop 21 (the seventh): an ECG-style Conv1D -> BatchNormalization -> ReLU ->
+MaxPooling1D classifier, a 1-D U-Net (UpSampling1D, Conv1DTranspose, ZeroPadding1D,
+Cropping1D, Concatenate) and a keyword-spotting network (strided Conv1D, SeparableConv1D,
+DepthwiseConv1D, AveragePooling1D, SpatialDropout1D, GaussianNoise, GlobalMaxPooling1D).
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so git stores each file in a few KiB (on disk they are 0.1-22 MB). The files are data for
@@ -404,6 +408,61 @@ def _lstm_forecast(keras):
     return keras.Model(inp, L.Dense(24)(x), name="lstm_forecast")
 
 
+def _ecg_cnn(keras):
+    """An ECG-style classifier on 5000 samples: four Conv1D -> BN -> ReLU -> MaxPooling1D(2) blocks."""
+    L = keras.layers
+    inp = keras.Input((5000, 1))
+    x = inp
+    for filters in (32, 64, 128, 128):
+        x = L.Conv1D(filters, 7, padding="same")(x)
+        x = L.BatchNormalization()(x)
+        x = L.Activation("relu")(x)
+        x = L.MaxPooling1D(2)(x)
+    x = L.GlobalAveragePooling1D()(x)
+    x = L.Dropout(0.3)(x)
+    return keras.Model(inp, L.Dense(5, activation="softmax")(x), name="ecg_cnn")
+
+
+def _unet1d(keras):
+    """A 1-D U-Net on 2048 steps of 2 channels, one output per step."""
+    L = keras.layers
+    inp = keras.Input((2048, 2))
+    skips, x = [], inp
+    for filters in (16, 32, 64):
+        x = L.Conv1D(filters, 5, padding="same", activation="relu")(x)
+        skips.append(x)
+        x = L.MaxPooling1D(2)(x)
+    x = L.Conv1D(128, 3, padding="same", activation="relu")(x)
+    for filters, skip in zip((64, 32, 16), reversed(skips)):
+        if filters == 32:
+            x = L.Conv1DTranspose(filters, 2, strides=2)(x)
+        else:
+            x = L.Cropping1D(1)(L.ZeroPadding1D(1)(L.UpSampling1D(2)(x)))
+        x = L.Concatenate()([x, skip])
+        x = L.Conv1D(filters, 5, padding="same", activation="relu")(x)
+    return keras.Model(inp, L.Conv1D(1, 1, activation="sigmoid")(x), name="unet1d")
+
+
+def _kws_sep1d(keras):
+    """Keyword spotting on 1 s of 16 kHz audio: strided Conv1D, separable and depthwise 1-D convolutions."""
+    L = keras.layers
+    inp = keras.Input((16000, 1))
+    x = L.GaussianNoise(0.01)(inp)
+    x = L.Conv1D(64, 80, strides=4, padding="same")(x)
+    x = L.BatchNormalization()(x)
+    x = L.ReLU()(x)
+    x = L.MaxPooling1D(4)(x)
+    for _ in range(3):
+        x = L.SeparableConv1D(64, 3, padding="same", use_bias=False)(x)
+        x = L.BatchNormalization()(x)
+        x = L.ReLU()(x)
+        x = L.SpatialDropout1D(0.1)(x)
+    x = L.AveragePooling1D(4)(x)
+    x = L.DepthwiseConv1D(3, padding="same")(x)
+    x = L.GlobalMaxPooling1D()(x)
+    return keras.Model(inp, L.Dense(12, activation="softmax")(x), name="kws_sep1d")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
             "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
@@ -411,7 +470,8 @@ BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _resid
             "text_cnn": _text_cnn, "augmented_xception": _augmented_xception,
             "transfer_mobilenet": _transfer_mobilenet, "dcgan_discriminator": _dcgan_discriminator,
             "tabular_bn": _tabular_bn, "segmentation_xception": _segmentation_xception,
-            "imdb_bilstm": _imdb_bilstm, "text_gru": _text_gru, "lstm_forecast": _lstm_forecast}
+            "imdb_bilstm": _imdb_bilstm, "text_gru": _text_gru, "lstm_forecast": _lstm_forecast,
+            "ecg_cnn": _ecg_cnn, "unet1d": _unet1d, "kws_sep1d": _kws_sep1d}
 
 
 def main() -> None:

@@ -704,6 +704,17 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("text_gru", 32, "sgd", momentum=True),
     _file_case("lstm_forecast", 256, "adam"),
     _file_case("lstm_forecast", 64, "rmsprop"),
+    # A seventh (stop 21): 1-D networks for the rules of stop 21 (a 1-D pool's input gradient
+    # above a bias kept to the step's end; UpSampling1D, Conv1DTranspose, ZeroPadding1D,
+    # Cropping1D, SeparableConv1D, DepthwiseConv1D, SpatialDropout1D, GaussianNoise),
+    # predicted before they were measured (the predictions are in the commit message).
+    _file_case("ecg_cnn", 8, "adam"),
+    _file_case("ecg_cnn", 16, "sgd", precision="mixed_bfloat16", momentum=True),
+    _file_case("ecg_cnn", 32, "rmsprop"),
+    _file_case("unet1d", 16, "adam"),
+    _file_case("unet1d", 32, "adamw", precision="mixed_bfloat16"),
+    _file_case("kws_sep1d", 8, "adam"),
+    _file_case("kws_sep1d", 16, "sgd"),
 )
 
 
