@@ -424,7 +424,7 @@ def _ecg_cnn(keras):
 
 
 def _unet1d(keras):
-    """A 1-D U-Net on 2048 steps of 2 channels, one output per step."""
+    """A 1-D U-Net on 2048 steps of 2 channels, two classes per step."""
     L = keras.layers
     inp = keras.Input((2048, 2))
     skips, x = [], inp
@@ -440,7 +440,7 @@ def _unet1d(keras):
             x = L.Cropping1D(1)(L.ZeroPadding1D(1)(L.UpSampling1D(2)(x)))
         x = L.Concatenate()([x, skip])
         x = L.Conv1D(filters, 5, padding="same", activation="relu")(x)
-    return keras.Model(inp, L.Conv1D(1, 1, activation="sigmoid")(x), name="unet1d")
+    return keras.Model(inp, L.Conv1D(2, 1, activation="softmax")(x), name="unet1d")
 
 
 def _kws_sep1d(keras):
