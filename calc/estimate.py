@@ -29,6 +29,7 @@ from calc.optimizers import (
 from calc.rules import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
     Device,
+    LayerStats,
     MemoryBreakdown,
     ModelProfile,
     Optimizer,
@@ -281,20 +282,29 @@ def _tensors(multiple: float, size: int) -> list[int]:
 _ELEMENTWISE = {"Activation", "ReLU", "LeakyReLU", "ELU", "Rescaling", "Normalization", "Dropout"}
 _GRADIENT_IN_PLACE = {"Activation", "ReLU", "LeakyReLU", "ELU"}
 _GRADIENT_IN_PLACE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "sigmoid", "tanh", "leaky_relu"}
-# 1-D pooling runs as expand_dims -> 2-D pool -> squeeze (tf.nn.max_pool1d/avg_pool1d).
-# When the layer below it ends its backward with a bias or offset gradient (a Conv1D or
-# Dense with a bias, a normalization's beta, reached through element-wise layers), the
-# buffer the pool's gradient op makes for its input (MaxPoolGrad, AvgPoolGrad) stays
-# allocated until the step ends, through every earlier layer's backward and the
-# updates; what writes into it in place (ReluGrad) shares that fate. Traced
-# (benchmarks/probe_pool1d.py; the executor runs those reductions last, the likely
-# cause): Conv1D (bias, relu or linear) or Dense (bias) -> MaxPooling1D or
-# AveragePooling1D, with or without BatchNormalization between, grappler's memory
-# optimizer on or off, all held; after a Conv1D or Dense without a bias, or after
-# another pool, freed as the layer below finishes, as MaxPooling2D's always are.
-# conv1d_audio b64 adam holds four (58.6 MiB) at its peak.
+# Gradient buffers that the executor keeps until the step ends (stop 21). Seen in
+# traces (benchmarks/probe_pool1d.py, trace_step.py on conv1d_audio and unet1d): the
+# gradient flowing into the backward of a layer that reduces a bias over the batch and
+# the steps of a sequence stays allocated, through every earlier layer's backward and
+# the updates, to the step's last events, with what writes into it in place (ReluGrad);
+# the executor running those reductions last is the likely cause (its expensive-op
+# queue, stop 10). What is modelled is what was traced:
+# - 1-D pools (tf.nn.max_pool1d/avg_pool1d: a 2-D pool between expand_dims and squeeze)
+#   above a Conv1D or Dense with a bias or a normalization with a beta, through
+#   element-wise layers: Conv1D(relu) -> [BatchNormalization ->] MaxPooling1D or
+#   AveragePooling1D and Dense -> MaxPooling1D held their pools' input gradients;
+#   without a bias, or above another pool, they were freed as the layer below finished,
+#   as MaxPooling2D's are. conv1d_audio b64 adam holds four (58.6 MiB) at its peak.
+# - Any other layer's input gradient (not a normalization's three-path sum) flowing into
+#   a Conv1D or Dense with a bias on a sequence (a 3-D tensor): Dense stacks on (batch,
+#   1024, 32) with a bias held every input gradient, without one none; unet1d held its
+#   convolutions' and its upsampling's input gradients flowing into biased Conv1Ds.
+#   conv1d_audio's normalizations' input gradients, flowing into biased Conv1Ds, were not.
+# On 4-D maps (Conv2D, oneDNN) none of this was seen, and nothing changes there.
 _GRADIENT_HELD_TO_END = {"MaxPooling1D", "AveragePooling1D"}
 _BIAS_REDUCING = {"Conv1D", "Dense", "BatchNormalization", "LayerNormalization"}
+_SEQUENCE_BIAS = {"Conv1D", "Dense"}
+_NORMALIZATIONS = {"BatchNormalization", "LayerNormalization"}
 
 
 # TensorFlow merges identical stateless ops that read the same tensors before it runs a
@@ -1072,13 +1082,18 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     grad_live = [False] * n_tensors
     held = [False] * n_tensors  # gradient buffers kept until the step ends (_GRADIENT_HELD_TO_END)
 
-    def reduces_a_bias_below(t: int) -> bool:
-        """Whether the layer making ``t``, through element-wise layers, reduces a bias gradient in its backward."""
+    def held_to_the_end(layer: LayerStats, t: int) -> bool:
+        """Whether the input gradient ``t`` that ``layer``'s backward makes stays until the step ends."""
         i = producer[t]
         while i != -1 and layers[i].layer_type in _ELEMENTWISE and len(layers[i].input_ids) == 1:
             i = producer[alias[layers[i].input_ids[0]]]
-        return (i != -1 and backward[i] and layers[i].layer_type in _BIAS_REDUCING
-                and len(layers[i].trainable_weight_elements) >= 2)
+        if i == -1 or not backward[i] or len(layers[i].trainable_weight_elements) < 2:
+            return False  # a model input, a frozen layer, or no bias below
+        below = layers[i]
+        if layer.layer_type in _GRADIENT_HELD_TO_END:
+            return below.layer_type in _BIAS_REDUCING
+        return (layer.layer_type not in _NORMALIZATIONS and below.layer_type in _SEQUENCE_BIAS
+                and len(below.output_shapes[0]) == 2)
 
     for t in outputs:
         grad_live[t] = True
@@ -1106,7 +1121,15 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     def largest_of(layer):
         return max((counted_bytes(FLOAT32 * e) for e in layer.trainable_weight_elements), default=0)
 
+    # A Concatenate of sequences: TensorFlow slices each input's gradient out of the
+    # output's when that input's producer needs it (traced: unet1d's skip connections'
+    # slices were made at the step's end), so the output's gradient lives until the
+    # earliest producer's backward starts. Here each slice is counted from the
+    # Concatenate's backward on, as before, and the output's gradient until then.
+    lazy_release: dict[int, list[int]] = {}
     for i in range(len(layers) - 1, -1, -1):
+        for t in lazy_release.pop(i, ()):
+            ledger.remove(TRANS, nbytes[t])
         if not backward[i]:
             continue
         layer = layers[i]
@@ -1147,7 +1170,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 extra.append(nbytes[t])  # a second contribution, added into the first
             else:
                 grad_live[t] = True
-                held[t] = layer.layer_type in _GRADIENT_HELD_TO_END and reduces_a_bias_below(t)
+                held[t] = held_to_the_end(layer, t)
                 ledger.add(TRANS, nbytes[t])
         if has_weights[i]:
             if sparse_values[i]:
@@ -1176,7 +1199,11 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         for t in {alias[x] for x in layer.output_ids}:
             if grad_live[t]:
                 grad_live[t] = False
-                if not held[t]:
+                last = min((producer[alias[x]] for x in layer.input_ids if producer[alias[x]] != -1), default=-1)
+                if (layer.layer_type == "Concatenate" and 0 <= last < i - 1 and not held[t]
+                        and len(layer.output_shapes[0]) == 2):
+                    lazy_release.setdefault(last, []).append(t)
+                elif not held[t]:
                     ledger.remove(TRANS, nbytes[t])
         for t in kept_ids[i]:
             keepers[t] -= 1

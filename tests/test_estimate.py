@@ -639,6 +639,70 @@ def test_a_1d_pools_input_gradient_stays_until_the_step_ends_above_a_bias(below,
     assert _moment(chain, config, "backward l1").components(batch)[TRANS] >= pool_input_gradient
 
 
+def _as_sequences(profile: ModelProfile, steps: int = 64) -> ModelProfile:
+    """The same layers with each output a (steps, channels) sequence instead of a flat vector."""
+    return replace(profile, layers=tuple(
+        replace(layer, output_shapes=tuple((steps, shape[0] // steps) for shape in layer.output_shapes))
+        if layer.name != "head" else layer for layer in profile.layers))
+
+
+@pytest.mark.parametrize("weights, sequences, held", [
+    ((9, 1), True, 3), ((9,), True, 0), ((9, 1), False, 0),
+])
+def test_a_gradient_into_a_biased_sequence_layer_stays_until_the_step_ends(weights, sequences, held):
+    # Dense layers on (batch, 1024, 32) sequences with a bias held every input gradient to
+    # the step's end (traced, stop 21; unet1d's Conv1D too); without a bias, or on flat
+    # vectors and 4-D maps, each is freed when the layer below has run its backward.
+    from calc.estimate import TRANS, UPDATE_PHASE
+
+    size, batch = 1 << 16, 4
+    chain = chain_profile(sizes=(size,) * 3, types=("Dense",) * 3, weights=(weights,) * 3, head_weights=(10, 1))
+    if sequences:
+        chain = _as_sequences(chain)
+    config = TrainingConfig(batch_size=batch, optimizer="sgd")
+    # The head's, l2's and l1's input gradients flow into l2's, l1's and l0's bias reductions.
+    assert _moment(chain, config, UPDATE_PHASE).components(batch)[TRANS] == held * expected_counted(4 * size * batch)
+
+
+def test_a_normalizations_input_gradient_is_not_held_by_the_bias_below():
+    # conv1d_audio's BatchNormalization input gradients (a sum of three paths) flowed into
+    # biased Conv1Ds and were freed as usual; only the normalization's own incoming one waits.
+    from calc.estimate import TRANS, UPDATE_PHASE
+
+    size, batch = 1 << 16, 4
+    chain = _as_sequences(chain_profile(sizes=(size,) * 3, types=("Dense", "BatchNormalization", "Dense"),
+                                        weights=((9, 1), (), (9, 1)), head_weights=(10, 1)))
+    config = TrainingConfig(batch_size=batch, optimizer="sgd")
+    # Held: l2's input gradient (flowing into the normalization's beta), not l1's (into l0's bias).
+    assert _moment(chain, config, UPDATE_PHASE).components(batch)[TRANS] == expected_counted(4 * size * batch)
+
+
+@pytest.mark.parametrize("sequences", [True, False])
+def test_a_sequence_concatenates_gradient_lives_until_its_earliest_input_is_reached(sequences):
+    # unet1d (stop 21): the skip connection's slice of a Concatenate's gradient is taken
+    # when the skip's producer runs its backward, so the whole gradient lives until then.
+    from calc.estimate import TRANS
+    from calc.types import LayerStats
+
+    size, batch = 1 << 16, 4
+    base = chain_profile(sizes=(size,) * 3, types=("Conv2D",) * 3, weights=((9,),) * 3, head_weights=(10, 1))
+    # Tensors: 0 input, 1-3 the three layers' outputs, 4 the Concatenate's of 1 and 3, 5 the head's.
+    concat = LayerStats(name="cat", layer_type="Concatenate", input_ids=(1, 3), output_ids=(4,),
+                        output_shapes=((2 * size,),))
+    head = replace(base.layers[-1], input_ids=(4,), output_ids=(5,))
+    profile = replace(base, layers=(*base.layers[:3], concat, head),
+                      tensor_elements=(*base.tensor_elements[:4], 2 * size, 10), output_ids=(5,))
+    if sequences:
+        profile = _as_sequences(profile)
+    config = TrainingConfig(batch_size=batch, optimizer="sgd")
+    m = _moment(profile, config, "backward l1")
+    # At l1's backward: the skip's slice (l0's output gradient), l1's output gradient, l1's
+    # contribution to l0's output gradient (added into the slice), and, for sequences, the
+    # Concatenate's whole output gradient still.
+    expected = 3 * expected_counted(4 * size * batch) + (expected_counted(8 * size * batch) if sequences else 0)
+    assert m.components(batch)[TRANS] == expected
+
+
 @pytest.mark.parametrize("kind, outputs_kept", [
     ("ZeroPadding1D", 0), ("Cropping1D", 0), ("UpSampling1D", 0), ("SpatialDropout1D", 0),
     ("GaussianDropout", 1), ("AlphaDropout", 1), ("GaussianNoise", 1),
