@@ -22,7 +22,11 @@ and a two-layer LSTM forecaster on 120 steps of 16 features; then 1-D networks f
 rules of stop 21 (the seventh): an ECG-style Conv1D -> BatchNormalization -> ReLU ->
 MaxPooling1D classifier, a 1-D U-Net (UpSampling1D, Conv1DTranspose, ZeroPadding1D,
 Cropping1D, Concatenate) and a keyword-spotting network (strided Conv1D, SeparableConv1D,
-DepthwiseConv1D, AveragePooling1D, SpatialDropout1D, GaussianNoise, GlobalMaxPooling1D).
+DepthwiseConv1D, AveragePooling1D, SpatialDropout1D, GaussianNoise, GlobalMaxPooling1D);
+then sequence networks for the held-gradient rules of stop 21 (the eighth): a temporal
+convolutional network (dilated causal Conv1D, residual Add), a 1-D U-Net with
+BatchNormalization and Conv1DTranspose, and a token-wise MLP (LayerNormalization, Dense
+with GELU, residual Add) on 256 steps.
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so git stores each file in a few KiB (on disk they are 0.1-22 MB). The files are data for
@@ -463,6 +467,54 @@ def _kws_sep1d(keras):
     return keras.Model(inp, L.Dense(12, activation="softmax")(x), name="kws_sep1d")
 
 
+def _tcn(keras):
+    """A temporal convolutional network: residual blocks of dilated causal Conv1D (1, 2, 4, 8)."""
+    L = keras.layers
+    inp = keras.Input((2048, 8))
+    x = L.Conv1D(32, 1)(inp)
+    for dilation in (1, 2, 4, 8):
+        y = L.Conv1D(32, 3, padding="causal", dilation_rate=dilation, activation="relu")(x)
+        y = L.Conv1D(32, 3, padding="causal", dilation_rate=dilation, activation="relu")(y)
+        x = L.Add()([x, y])
+    x = L.GlobalAveragePooling1D()(x)
+    return keras.Model(inp, L.Dense(6, activation="softmax")(x), name="tcn")
+
+
+def _unet1d_bn(keras):
+    """A 1-D U-Net with BatchNormalization, four levels, Conv1DTranspose upsampling, 3 classes per step."""
+    L = keras.layers
+
+    def block(x, filters):
+        x = L.Conv1D(filters, 3, padding="same", use_bias=False)(x)
+        return L.Activation("relu")(L.BatchNormalization()(x))
+
+    inp = keras.Input((1024, 4))
+    skips, x = [], inp
+    for filters in (16, 32, 64, 128):
+        x = block(x, filters)
+        skips.append(x)
+        x = L.MaxPooling1D(2)(x)
+    x = block(x, 256)
+    for filters, skip in zip((128, 64, 32, 16), reversed(skips)):
+        x = L.Conv1DTranspose(filters, 2, strides=2)(x)
+        x = block(L.Concatenate()([x, skip]), filters)
+    return keras.Model(inp, L.Conv1D(3, 1, activation="softmax")(x), name="unet1d_bn")
+
+
+def _token_mlp(keras):
+    """Three pre-norm feed-forward blocks on 256 tokens of 64 features (a transformer without attention)."""
+    L = keras.layers
+    inp = keras.Input((256, 64))
+    x = inp
+    for _ in range(3):
+        y = L.LayerNormalization(epsilon=1e-6)(x)
+        y = L.Dense(256, activation="gelu")(y)
+        y = L.Dense(64)(y)
+        x = L.Add()([x, y])
+    x = L.GlobalAveragePooling1D()(L.LayerNormalization(epsilon=1e-6)(x))
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="token_mlp")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
             "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
@@ -471,7 +523,8 @@ BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _resid
             "transfer_mobilenet": _transfer_mobilenet, "dcgan_discriminator": _dcgan_discriminator,
             "tabular_bn": _tabular_bn, "segmentation_xception": _segmentation_xception,
             "imdb_bilstm": _imdb_bilstm, "text_gru": _text_gru, "lstm_forecast": _lstm_forecast,
-            "ecg_cnn": _ecg_cnn, "unet1d": _unet1d, "kws_sep1d": _kws_sep1d}
+            "ecg_cnn": _ecg_cnn, "unet1d": _unet1d, "kws_sep1d": _kws_sep1d,
+            "tcn": _tcn, "unet1d_bn": _unet1d_bn, "token_mlp": _token_mlp}
 
 
 def main() -> None:

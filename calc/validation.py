@@ -715,6 +715,15 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("unet1d", 32, "adamw", precision="mixed_bfloat16"),
     _file_case("kws_sep1d", 8, "adam"),
     _file_case("kws_sep1d", 16, "sgd"),
+    # An eighth (stop 21): sequence networks for the held-gradient rules (a gradient into a
+    # biased Conv1D or Dense kept to the step's end; a Concatenate's until its earliest input),
+    # predicted before they were measured (the predictions are in the commit message).
+    _file_case("tcn", 16, "adam"),
+    _file_case("tcn", 32, "sgd", precision="mixed_bfloat16"),
+    _file_case("unet1d_bn", 16, "adam"),
+    _file_case("unet1d_bn", 8, "rmsprop"),
+    _file_case("token_mlp", 64, "adamw"),
+    _file_case("token_mlp", 128, "sgd", precision="mixed_bfloat16", momentum=True),
 )
 
 
