@@ -5,7 +5,10 @@
 Builds small models of three Conv(relu) blocks, each followed by a pooling layer
 (KIND: ``1d_max``, ``1d_bn_max`` with BatchNormalization before the pool, ``1d_avg``,
 ``1d_bn_avg``, ``1d_dense_max`` with a Dense layer in place of the Conv1D, ``1d_nobias_max``
-and ``1d_dense_nobias_max`` without their bias, ``2d_bn_max``; all by default), trains each one step by the validation
+and ``1d_dense_nobias_max`` without their bias, ``2d_bn_max``; all by default), and, with
+no pool, four Dense layers on (1024, 32) sequences (``seq_dense``, ``seq_dense_nobias``,
+``seq_ln`` without a bias and with LayerNormalization after each, whose every gradient
+buffer of 1 MiB or more is listed), trains each one step by the validation
 protocol with TensorFlow's profiler on (``calc.measure``'s child, ``trace=True``) and
 prints, for every ``MaxPoolGrad``/``AvgPoolGrad`` allocation, the event that made it and
 the one that freed it, out of the step's events.
@@ -38,11 +41,19 @@ from calc.types import TrainingConfig  # noqa: E402
 
 MIB = 2**20
 KINDS = ("1d_max", "1d_bn_max", "1d_avg", "1d_bn_avg", "1d_dense_max", "1d_nobias_max", "1d_dense_nobias_max",
-         "2d_bn_max")
+         "2d_bn_max", "seq_dense", "seq_dense_nobias", "seq_ln")
 
 
 def build(keras, kind: str):
     L = keras.layers
+    if kind.startswith("seq_"):  # four Dense layers on (1024, 32) sequences, no pool
+        inp = keras.Input((1024, 32))
+        x = inp
+        for _ in range(4):
+            x = L.Dense(32, use_bias=kind == "seq_dense")(x)
+            if kind == "seq_ln":
+                x = L.LayerNormalization()(x)
+        return keras.Model(inp, L.Dense(10, activation="softmax")(L.Flatten()(x)))
     one_d = kind.startswith("1d")
     inp = keras.Input((4000, 1) if one_d else (200, 20, 1))
     x = inp
@@ -96,9 +107,11 @@ def main() -> None:
                     made[event[3]] = (index, event)
                     continue
                 start, alloc = made.pop(event[3], (None, None))
-                if alloc and ("MaxPoolGrad" in alloc[4] or "AvgPoolGrad" in alloc[4]):
-                    print(f"  {alloc[4].split('/')[-3]:28s} {alloc[1] / MIB:6.2f} MiB  made at event {start:3d}, "
-                          f"freed at {index:3d} of {len(events)}", flush=True)
+                pooled = alloc and ("MaxPoolGrad" in alloc[4] or "AvgPoolGrad" in alloc[4])
+                sequence = alloc and kind.startswith("seq_") and alloc[4].startswith("gradient_tape") and alloc[1] >= MIB
+                if pooled or sequence:
+                    print(f"  {'/'.join(alloc[4].split('/')[-3:])[-48:]:48s} {alloc[1] / MIB:6.2f} MiB  made at event "
+                          f"{start:3d}, freed at {index:3d} of {len(events)}", flush=True)
 
 
 if __name__ == "__main__":
