@@ -1199,12 +1199,15 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         for t in {alias[x] for x in layer.output_ids}:
             if grad_live[t]:
                 grad_live[t] = False
-                last = min((producer[alias[x]] for x in layer.input_ids if producer[alias[x]] != -1), default=-1)
-                if (layer.layer_type == "Concatenate" and 0 <= last < i - 1 and not held[t]
-                        and len(layer.output_shapes[0]) == 2):
-                    lazy_release.setdefault(last, []).append(t)
-                elif not held[t]:
-                    ledger.remove(TRANS, nbytes[t])
+                if held[t]:
+                    continue
+                if layer.layer_type == "Concatenate" and len(layer.output_shapes[0]) == 2:
+                    earliest = min((producer[alias[x]] for x in layer.input_ids if producer[alias[x]] != -1),
+                                   default=-1)
+                    if 0 <= earliest < i - 1:
+                        lazy_release.setdefault(earliest, []).append(t)
+                        continue
+                ledger.remove(TRANS, nbytes[t])
         for t in kept_ids[i]:
             keepers[t] -= 1
             if keepers[t] == 0:
