@@ -307,6 +307,23 @@ _SEQUENCE_BIAS = {"Conv1D", "Dense"}
 _NORMALIZATIONS = {"BatchNormalization", "LayerNormalization"}
 
 
+def _padded_conv1d(layer: LayerStats) -> tuple[bool, bool]:
+    """(causal or dilated, dilated) for a Conv1D; (False, False) for anything else.
+
+    TensorFlow runs a causal Conv1D on a padded copy of its input (Pad) and a dilated one
+    on a space-to-batch copy (SpaceToBatchND -> convolution -> BatchToSpaceND), and the
+    weight gradient reads that copy: what the layer keeps is the copy, not the shared
+    input. Traced (stop 21, trace_step.py "tcn.keras b16 adam", dilations 1, 2, 4, 8 with
+    causal padding): each layer's padded copy lived until its backward; each dilated
+    layer's space-to-batch copy, and the space-to-batch copy its backward makes of the
+    incoming gradient, lived to the step's last events (freed at events 99-116 of 118).
+    """
+    if layer.layer_type != "Conv1D":
+        return False, False
+    dilated = any(d > 1 for d in layer.detail_ints("dilation_rate"))
+    return dilated or "padding=causal" in layer.detail, dilated
+
+
 # TensorFlow merges identical stateless ops that read the same tensors before it runs a
 # function (common-subexpression elimination: tensorflow/core/graph/optimizer_cse.cc,
 # on by default, and Grappler's arithmetic optimizer dedup), so two parameter-free
@@ -871,6 +888,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     keepers = [0] * n_tensors
     kept_ids: list[list[int]] = [[] for _ in layers]
     private: list[list[int]] = [[] for _ in layers]
+    private_to_end: list[list[int]] = [[] for _ in layers]  # kept copies that outlive the layer's backward
     private_fixed = [0] * len(layers)
     # A cached profile lists the types unknown when it was built; some may have a rule now.
     unknown: set[str] = {t for t in profile.unknown_layer_types if not is_known_layer_type(t)}
@@ -894,6 +912,9 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 elif precision.is_mixed and producer[alias[t]] == -1 and not layer.float32_compute:
                     # Keras casts a float32 model input to the compute dtype: the copy is kept.
                     private[i].append(cb * elems)
+                elif _padded_conv1d(layer)[0]:
+                    # The padded or space-to-batch copy is kept (_padded_conv1d).
+                    (private_to_end if _padded_conv1d(layer)[1] else private)[i].append(nbytes[alias[t]])
                 else:
                     keep.append(alias[t])
         if rule.keeps_output:
@@ -1047,7 +1068,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 if alias[t] == t:
                     ledger.add(ACT, nbytes[t], key=("act", t))
                     live[t] = True
-        for size in private[i]:
+        for size in (*private[i], *private_to_end[i]):
             ledger.add(ACT, size)
         ledger.fixed[ACT] += private_fixed[i]
         if new_buffer:
@@ -1172,6 +1193,10 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 grad_live[t] = True
                 held[t] = held_to_the_end(layer, t)
                 ledger.add(TRANS, nbytes[t])
+        if _padded_conv1d(layer)[1]:
+            # A dilated Conv1D's backward makes a space-to-batch copy of the incoming
+            # gradient, which stays until the step ends (_padded_conv1d).
+            ledger.add(TRANS, sum(nbytes[alias[t]] for t in layer.output_ids))
         if has_weights[i]:
             if sparse_values[i]:
                 grad_bytes = 0
@@ -1238,7 +1263,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     if ledger.events is not None:
         ledger.events.extend(("u", i) for *_, i in pending_updates)
     ledger.snapshot(UPDATE_PHASE, extra_fixed=scratch_fixed, extra_per_sample=sparse_now)
-    kept = [sum(private[i]) for i in range(len(layers))]
+    kept = [sum(private[i]) + sum(private_to_end[i]) for i in range(len(layers))]
     for t in range(n_tensors):
         if keepers_at_start[t] and producer[t] != -1:
             kept[producer[t]] += nbytes[t]

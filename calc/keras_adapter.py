@@ -66,6 +66,12 @@ def _detail(op: Any) -> str:
         value = getattr(op, attr, None)
         if value is not None and not callable(value):
             parts.append(f"{attr}={value}")
+    # Only where they differ from the defaults, so that no Keras application's ledger changes.
+    dilation = getattr(op, "dilation_rate", None)
+    if isinstance(dilation, (tuple, list)) and any(d != 1 for d in dilation):
+        parts.append(f"dilation_rate={tuple(dilation)}")
+    if getattr(op, "padding", None) == "causal":
+        parts.append("padding=causal")
     return " ".join(parts)
 
 

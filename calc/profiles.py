@@ -21,9 +21,10 @@ from calc.types import LayerStats, ModelProfile
 
 PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
 # Bumped when the adapter reads layers that no Keras application has differently (stop 16:
-# MultiHeadAttention as its steps), so the shipped catalogue profiles stay valid while the
-# disk cache of a saved file's profile is rebuilt.
-FILE_LEDGER = 2
+# MultiHeadAttention as its steps; stop 21: a convolution's dilation and causal padding),
+# so the shipped catalogue profiles stay valid while the disk cache of a saved file's
+# profile is rebuilt.
+FILE_LEDGER = 3
 SHIPPED_DIR = Path(__file__).parent / "data" / "profiles"
 
 

@@ -703,6 +703,29 @@ def test_a_sequence_concatenates_gradient_lives_until_its_earliest_input_is_reac
     assert m.components(batch)[TRANS] == expected
 
 
+@pytest.mark.parametrize("detail, copies_to_the_end", [
+    ("kernel_size=(3,) strides=(1,) dilation_rate=(2,) padding=causal", 3),
+    ("kernel_size=(3,) strides=(1,) padding=causal", 0),
+    ("kernel_size=(3,) strides=(1,)", 0),
+])
+def test_a_dilated_conv1d_keeps_its_space_to_batch_copies_to_the_step_end(detail, copies_to_the_end):
+    # TensorFlow runs a dilated Conv1D through SpaceToBatchND: the copy of its input that the
+    # weight gradient reads, and the copy its backward makes of the incoming gradient, were
+    # freed in the step's last events (traced: tcn.keras b16 adam); a causal one's padded
+    # copy is freed at its backward, like the shared input a plain Conv1D keeps.
+    from calc.estimate import ACT, TRANS, UPDATE_PHASE
+
+    size, batch = 1 << 16, 4
+    chain = chain_profile(sizes=(size,) * 3, types=("Conv1D",) * 3, weights=((9, 1),) * 3, head_weights=(10, 1))
+    chain = replace(chain, layers=tuple(replace(layer, detail=detail) if layer.name != "head" else layer
+                                        for layer in chain.layers))
+    config = TrainingConfig(batch_size=batch, optimizer="sgd")
+    update = _moment(chain, config, UPDATE_PHASE).components(batch)
+    tensor = expected_counted(4 * size * batch)
+    assert update[ACT] == copies_to_the_end * tensor  # each layer's input copy
+    assert update[TRANS] == copies_to_the_end * tensor  # each layer's incoming-gradient copy
+
+
 @pytest.mark.parametrize("kind, outputs_kept", [
     ("ZeroPadding1D", 0), ("Cropping1D", 0), ("UpSampling1D", 0), ("SpatialDropout1D", 0),
     ("GaussianDropout", 1), ("AlphaDropout", 1), ("GaussianNoise", 1),

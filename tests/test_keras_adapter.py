@@ -59,6 +59,21 @@ def test_unknown_layer_is_reported(keras):
     assert profile_model(model).unknown_layer_types == ("Mystery",)
 
 
+def test_a_convolutions_dilation_and_causal_padding_are_recorded_only_when_set(keras):
+    # The engine reads them (calc.estimate._padded_conv1d); a default convolution's detail,
+    # and so every Keras application's shipped ledger, stays as it was.
+    from calc.keras_adapter import profile_model
+
+    L = keras.layers
+    x_in = keras.Input((64, 4))
+    x = L.Conv1D(8, 3, padding="causal", dilation_rate=2)(x_in)
+    x = L.Conv1D(8, 3, padding="same")(x)
+    model = keras.Model(x_in, L.Dense(3)(L.GlobalAveragePooling1D()(x)))
+    dilated, plain = profile_model(model).layers[:2]
+    assert "dilation_rate=(2,)" in dilated.detail and "padding=causal" in dilated.detail
+    assert "dilation_rate" not in plain.detail and "padding" not in plain.detail
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_multi_head_attention_is_read_as_its_steps(keras, dropout):
     # Its probabilities grow with the square of the sequence: heads x T x S per sample,
