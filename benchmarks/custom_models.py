@@ -26,7 +26,9 @@ DepthwiseConv1D, AveragePooling1D, SpatialDropout1D, GaussianNoise, GlobalMaxPoo
 then sequence networks for the held-gradient rules of stop 21 (the eighth): a temporal
 convolutional network (dilated causal Conv1D, residual Add), a 1-D U-Net with
 BatchNormalization and Conv1DTranspose, and a token-wise MLP (LayerNormalization, Dense
-with GELU, residual Add) on 256 steps.
+with GELU, residual Add) on 256 steps; then, for the dilated-convolution rule (the ninth), a
+WaveNet-style network (gated causal dilated Conv1D, residual and skip sums) and a dilated
+"same"-padded Conv1D stack with BatchNormalization labelling every step.
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so git stores each file in a few KiB (on disk they are 0.1-22 MB). The files are data for
@@ -515,6 +517,34 @@ def _token_mlp(keras):
     return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="token_mlp")
 
 
+def _wavenet_lite(keras):
+    """WaveNet-style: gated (tanh x sigmoid) causal dilated Conv1Ds, residual and skip sums, on 4000 samples."""
+    L = keras.layers
+    inp = keras.Input((4000, 1))
+    x = L.Conv1D(24, 2, padding="causal")(inp)
+    skips = []
+    for dilation in (1, 2, 4, 8, 16):
+        t = L.Conv1D(24, 2, padding="causal", dilation_rate=dilation, activation="tanh")(x)
+        g = L.Conv1D(24, 2, padding="causal", dilation_rate=dilation, activation="sigmoid")(x)
+        y = L.Multiply()([t, g])
+        skips.append(L.Conv1D(24, 1)(y))
+        x = L.Add()([x, L.Conv1D(24, 1)(y)])
+    x = L.Activation("relu")(L.Add()(skips))
+    x = L.GlobalAveragePooling1D()(L.Conv1D(32, 1, activation="relu")(x))
+    return keras.Model(inp, L.Dense(10, activation="softmax")(x), name="wavenet_lite")
+
+
+def _dilated_seg(keras):
+    """Dilated "same" Conv1Ds (1, 2, 4, 8) with BatchNormalization, a class for each of 3000 steps."""
+    L = keras.layers
+    inp = keras.Input((3000, 3))
+    x = inp
+    for dilation in (1, 2, 4, 8):
+        x = L.Conv1D(32, 3, padding="same", dilation_rate=dilation)(x)
+        x = L.Activation("relu")(L.BatchNormalization()(x))
+    return keras.Model(inp, L.Conv1D(4, 1, activation="softmax")(x), name="dilated_seg")
+
+
 BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _residual,
             "convmixer": _convmixer, "conv1d_audio": _conv1d, "vgg_bn": _vgg_bn,
             "inception_mini": _inception_mini, "mlp": _mlp, "mnist_cnn": _mnist_cnn, "resnet20": _resnet20,
@@ -524,7 +554,8 @@ BUILDERS = {"plain_cnn": _plain_cnn, "unet_small": _unet, "residual_sep": _resid
             "tabular_bn": _tabular_bn, "segmentation_xception": _segmentation_xception,
             "imdb_bilstm": _imdb_bilstm, "text_gru": _text_gru, "lstm_forecast": _lstm_forecast,
             "ecg_cnn": _ecg_cnn, "unet1d": _unet1d, "kws_sep1d": _kws_sep1d,
-            "tcn": _tcn, "unet1d_bn": _unet1d_bn, "token_mlp": _token_mlp}
+            "tcn": _tcn, "unet1d_bn": _unet1d_bn, "token_mlp": _token_mlp,
+            "wavenet_lite": _wavenet_lite, "dilated_seg": _dilated_seg}
 
 
 def main() -> None:
