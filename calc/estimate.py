@@ -889,6 +889,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     kept_ids: list[list[int]] = [[] for _ in layers]
     private: list[list[int]] = [[] for _ in layers]
     private_to_end: list[list[int]] = [[] for _ in layers]  # kept copies that outlive the layer's backward
+    padded_copies: set[tuple] = set()  # (input, kernel size, dilation) of each padded Conv1D input copy
     private_fixed = [0] * len(layers)
     # A cached profile lists the types unknown when it was built; some may have a rule now.
     unknown: set[str] = {t for t in profile.unknown_layer_types if not is_known_layer_type(t)}
@@ -913,8 +914,13 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                     # Keras casts a float32 model input to the compute dtype: the copy is kept.
                     private[i].append(cb * elems)
                 elif _padded_conv1d(layer)[0]:
-                    # The padded or space-to-batch copy is kept (_padded_conv1d).
-                    (private_to_end if _padded_conv1d(layer)[1] else private)[i].append(nbytes[alias[t]])
+                    # The padded or space-to-batch copy is kept (_padded_conv1d); convolutions
+                    # that pad one input alike share one (common-subexpression elimination:
+                    # WaveNet's gate pairs made 4 SpaceToBatchND for 8 dilated layers).
+                    key = (alias[t], layer.detail_ints("kernel_size"), layer.detail_ints("dilation_rate"))
+                    if key not in padded_copies:
+                        padded_copies.add(key)
+                        (private_to_end if _padded_conv1d(layer)[1] else private)[i].append(nbytes[alias[t]])
                 else:
                     keep.append(alias[t])
         if rule.keeps_output:

@@ -726,6 +726,27 @@ def test_a_dilated_conv1d_keeps_its_space_to_batch_copies_to_the_step_end(detail
     assert update[TRANS] == copies_to_the_end * tensor  # each layer's incoming-gradient copy
 
 
+@pytest.mark.parametrize("same_padding, copies", [(True, 1), (False, 2)])
+def test_dilated_conv1ds_that_pad_one_input_alike_share_its_copy(same_padding, copies):
+    # WaveNet's gate pairs (two dilated causal Conv1Ds on one input) made one SpaceToBatchND
+    # per pair (traced: wavenet_lite b16, 4 for 8 layers): TensorFlow merges identical ops.
+    from calc.estimate import ACT, UPDATE_PHASE
+    from calc.types import LayerStats
+
+    size, batch = 1 << 16, 4
+    dilated = "kernel_size=(2,) strides=(1,) dilation_rate=(2,) padding=causal"
+    base = chain_profile(sizes=(size,) * 3, types=("Conv1D",) * 3, weights=((9, 1),) * 3, head_weights=(10, 1))
+    # Tensors: 0 input, 1 l0's output, 2 and 3 the two dilated layers' outputs of tensor 1, 4 their sum, 5 the head's.
+    l1 = replace(base.layers[1], detail=dilated)
+    l2 = replace(base.layers[2], input_ids=(1,), detail=dilated if same_padding else dilated.replace("(2,) padding", "(4,) padding"))
+    add = LayerStats(name="sum", layer_type="Add", input_ids=(2, 3), output_ids=(4,), output_shapes=((size,),))
+    head = replace(base.layers[-1], input_ids=(4,), output_ids=(5,))
+    profile = replace(base, layers=(base.layers[0], l1, l2, add, head),
+                      tensor_elements=(*base.tensor_elements[:4], size, 10), output_ids=(5,))
+    update = _moment(profile, TrainingConfig(batch_size=batch, optimizer="sgd"), UPDATE_PHASE).components(batch)
+    assert update[ACT] == copies * expected_counted(4 * size * batch)  # the input copies, to the step's end
+
+
 @pytest.mark.parametrize("kind, outputs_kept", [
     ("ZeroPadding1D", 0), ("Cropping1D", 0), ("UpSampling1D", 0), ("SpatialDropout1D", 0),
     ("GaussianDropout", 1), ("AlphaDropout", 1), ("GaussianNoise", 1),
