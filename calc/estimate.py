@@ -903,6 +903,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             # Inference mode: BN is x * inv + c with constant inv; Dropout is identity.
             rule = NOTHING
         need_input = any(requires_grad[t] for t in layer.input_ids)
+        padded, dilated = _padded_conv1d(layer)
         out_elems = [profile.tensor_elements[t] for t in layer.output_ids]
         keep: list[int] = []
         if rule.keeps_input and (has_weights[i] or (need_input and not rule.input_for_weights_only)):
@@ -913,14 +914,14 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
                 elif precision.is_mixed and producer[alias[t]] == -1 and not layer.float32_compute:
                     # Keras casts a float32 model input to the compute dtype: the copy is kept.
                     private[i].append(cb * elems)
-                elif _padded_conv1d(layer)[0]:
+                elif padded:
                     # The padded or space-to-batch copy is kept (_padded_conv1d); convolutions
                     # that pad one input alike share one (common-subexpression elimination:
                     # WaveNet's gate pairs made 4 SpaceToBatchND for 8 dilated layers).
                     key = (alias[t], layer.detail_ints("kernel_size"), layer.detail_ints("dilation_rate"))
                     if key not in padded_copies:
                         padded_copies.add(key)
-                        (private_to_end if _padded_conv1d(layer)[1] else private)[i].append(nbytes[alias[t]])
+                        (private_to_end if dilated else private)[i].append(nbytes[alias[t]])
                 else:
                     keep.append(alias[t])
         if rule.keeps_output:
