@@ -1,6 +1,6 @@
 """Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
 
-    python benchmarks/sample_holdout.py --seed 12 --count 14 [--max-peak-gib 2.5] [--precision mixed_float16] [--trained | --frozen]
+    python benchmarks/sample_holdout.py --seed 12 --count 14 [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--trained | --frozen]
 
 Every earlier holdout was picked by a person (new families, new optimizers, hard
 layouts), which tests what that person thought of. This draws configurations the way
@@ -14,7 +14,9 @@ engine's prediction beside each, to be committed before they are measured.
 holdout aimed at one precision's mechanisms; ``--trained`` keeps only the drawn steps
 that train the backbone (full training or the last N layers); ``--frozen`` keeps only the
 drawn steps with a frozen part (a frozen backbone or the last N layers), for a holdout aimed
-at the allocator's pool history, which decides those steps' peaks.
+at the allocator's pool history, which decides those steps' peaks. ``--min-peak-gib`` keeps
+only the drawn steps predicted at least that large, for a holdout of the larger steps that
+a GPU user meets (most random draws under the time limit peak below 1 GiB).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--count", type=int, default=14)
+    parser.add_argument("--min-peak-gib", type=float, default=0.0)
     parser.add_argument("--max-peak-gib", type=float, default=2.5)
     parser.add_argument("--max-activations-gib", type=float, default=1.5)
     parser.add_argument("--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"))
@@ -94,6 +97,8 @@ def main() -> None:
             estimate = estimate_memory(get_profile(spec), config)
         except ValueError as exc:  # a size the model refuses, say
             print(f"# skipped {case_args} {kwargs}: {exc}", file=sys.stderr)
+            continue
+        if estimate.peak_bytes < args.min_peak_gib * 2**30:
             continue
         if estimate.peak_bytes > args.max_peak_gib * 2**30 or estimate.activations_bytes > args.max_activations_gib * 2**30:
             continue
