@@ -1,6 +1,6 @@
 """Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
 
-    python benchmarks/sample_holdout.py --seed 12 --count 14 [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--trained | --frozen]
+    python benchmarks/sample_holdout.py --seed 12 --count 14 [--models A,B] [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--trained | --frozen]
 
 Every earlier holdout was picked by a person (new families, new optimizers, hard
 layouts), which tests what that person thought of. This draws configurations the way
@@ -16,7 +16,8 @@ that train the backbone (full training or the last N layers); ``--frozen`` keeps
 drawn steps with a frozen part (a frozen backbone or the last N layers), for a holdout aimed
 at the allocator's pool history, which decides those steps' peaks. ``--min-peak-gib`` keeps
 only the drawn steps predicted at least that large, for a holdout of the larger steps that
-a GPU user meets (most random draws under the time limit peak below 1 GiB).
+a GPU user meets (most random draws under the time limit peak below 1 GiB). ``--models``
+draws from the named catalogue models only, for a holdout aimed at one family's mechanism.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ OPTIONS = {  # optimizer -> options it may take, each drawn with probability 1/3
 }
 
 
-def draw(rng: random.Random) -> tuple[tuple, dict]:
+def draw(rng: random.Random, models: tuple[str, ...] = ()) -> tuple[tuple, dict]:
     """One configuration: (``_case`` positional arguments, keyword arguments)."""
-    entry = CATALOGUE[rng.choice(sorted(CATALOGUE))]
+    entry = CATALOGUE[rng.choice(sorted(models or CATALOGUE))]
     sides = [s for s in SIDES if entry.min_size <= s <= max(entry.default_size, 224)]
     size = rng.choice(sides)
     if rng.random() < 0.15:
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--count", type=int, default=14)
     parser.add_argument("--min-peak-gib", type=float, default=0.0)
+    parser.add_argument("--models", default="", help="comma-separated catalogue names to draw from (default: all)")
     parser.add_argument("--max-peak-gib", type=float, default=2.5)
     parser.add_argument("--max-activations-gib", type=float, default=1.5)
     parser.add_argument("--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"))
@@ -81,11 +83,15 @@ def main() -> None:
     group.add_argument("--trained", action="store_true")
     group.add_argument("--frozen", action="store_true")
     args = parser.parse_args()
+    models = tuple(m for m in args.models.split(",") if m)
+    unknown = [m for m in models if m not in CATALOGUE]
+    if unknown:
+        parser.error(f"not catalogue models: {', '.join(unknown)}")
     rng = random.Random(args.seed)
     kept, drawn = 0, 0
     while kept < args.count:
         drawn += 1
-        case_args, kwargs = draw(rng)
+        case_args, kwargs = draw(rng, models)
         if args.precision:
             kwargs["precision"] = args.precision
         if args.trained and kwargs["mode"] == "frozen_backbone":
