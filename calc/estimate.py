@@ -304,7 +304,7 @@ _GRADIENT_IN_PLACE_ACTIVATIONS = {"relu", "relu6", "elu", "selu", "sigmoid", "ta
 _GRADIENT_HELD_TO_END = {"MaxPooling1D", "AveragePooling1D"}
 _BIAS_REDUCING = {"Conv1D", "Dense", "BatchNormalization", "LayerNormalization"}
 _SEQUENCE_BIAS = {"Conv1D", "Dense"}
-_NORMALIZATIONS = {"BatchNormalization", "LayerNormalization"}
+_NORMALIZATIONS = {"BatchNormalization", "LayerNormalization", "GroupNormalization"}
 
 
 def _padded_conv1d(layer: LayerStats) -> tuple[bool, bool]:
@@ -622,14 +622,14 @@ def _first_stage(layer, precision: Precision, input_bytes: int, input_elements: 
     """Per-sample bytes of the intermediate a layer in inference makes first, and its name.
 
     A SeparableConv2D runs its depthwise conv, then the pointwise one. Under mixed
-    precision BatchNormalization and LayerNormalization cast their 16-bit input to
+    precision the normalizations (_NORMALIZATIONS) cast their 16-bit input to
     float32 first (Keras 3.15 ``call``), normalize that copy in place and cast the
     result back: measured, frozen backbones under mixed precision peaked 29-43 % above
     a walk without the copy (docs/MEASUREMENTS.md).
     """
     if layer.layer_type == "SeparableConv2D":
         return input_bytes // max(1, math.prod(layer.detail_ints("strides") or (1,))), "depthwise"
-    if precision.is_mixed and layer.layer_type in ("BatchNormalization", "LayerNormalization"):
+    if precision.is_mixed and layer.layer_type in _NORMALIZATIONS:
         return FLOAT32 * input_elements, "float32 copy"
     return 0, ""
 

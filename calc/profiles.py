@@ -21,10 +21,11 @@ from calc.types import LayerStats, ModelProfile
 
 PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
 # Bumped when the adapter reads layers that no Keras application has differently (stop 16:
-# MultiHeadAttention as its steps; stop 21: a convolution's dilation and causal padding),
+# MultiHeadAttention as its steps; stop 21: a convolution's dilation and causal padding;
+# stop 22: GroupNormalization has a rule, so a cached profile no longer lists it as unknown),
 # so the shipped catalogue profiles stay valid while the disk cache of a saved file's
 # profile is rebuilt.
-FILE_LEDGER = 3
+FILE_LEDGER = 4
 SHIPPED_DIR = Path(__file__).parent / "data" / "profiles"
 
 

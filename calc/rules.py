@@ -217,6 +217,16 @@ LAYER_RULES: dict[str, BackwardRule] = {
     "AlphaDropout": BackwardRule(extra_outputs=1.0, forward_scratch=2.0),
     # x / sqrt(sum(x^2)): the gradient reads x (and the small norm).
     "UnitNormalization": KEEPS_INPUT,
+    # Keras 3 GroupNormalization: casts x (viewed as groups) to float32, moments of it
+    # (Square reads x), then x * inv + res with inv and res per sample and group: like
+    # BatchNormalization, the (float32) input once. No inference form: a frozen one still
+    # normalizes by the sample's own moments. Measured (benchmarks/probe_layers.py gn,
+    # stop 22; runs at 2 layers differ by 20 %): 2.0 MiB, one float32 feature map, per
+    # layer in float32 and mixed_bfloat16. One input-sized backward temporary, not BN's
+    # two: float32 b32 10-12 / 20 MiB at 2 / 6 layers (two: 15.1 / 23.8; this rule 13.0 /
+    # 21.6), b64 24 / 40 (25.9 / 43.2); mixed_bfloat16 11-13 / 19-21 (11.9 / 20.5, where the
+    # unknown-type rule gave 8.6 / 13.0).
+    "GroupNormalization": BackwardRule(keeps_input=True, backward_scratch=1.0, upcasts=True),
     # The gradient of an element-wise max or min selects by comparing the inputs: both kept.
     "Maximum": KEEPS_INPUT,
     "Minimum": KEEPS_INPUT,

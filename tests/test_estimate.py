@@ -804,3 +804,20 @@ def test_the_last_n_layers_of_a_model_with_n_or_fewer_is_full_training():
     fewer = estimate_memory(PROFILE, TrainingConfig(batch_size=32, optimizer="adamax", train_mode="last_n",
                                                     last_n_layers=n - 1))
     assert fewer.optimizer_state_bytes < full.optimizer_state_bytes
+
+
+def test_group_normalization_keeps_its_input_like_batchnorm():
+    from calc.estimate import plan_step
+    # Keras 3 GroupNormalization casts x to float32 and reads it in its gradient (moments'
+    # Square, x * inv): what it keeps is BatchNormalization's, and it is no unknown type.
+    def conv_norm(kind):
+        return chain_profile(types=("Conv2D", kind), sizes=(65536, 65536), weights=((147456, 64), (256, 256)))
+    for precision in ("float32", "mixed_bfloat16"):
+        config = TrainingConfig(batch_size=64, optimizer="sgd", precision=precision)
+        gn = estimate_memory(conv_norm("GroupNormalization"), config)
+        bn = estimate_memory(conv_norm("BatchNormalization"), config)
+        assert gn.activations_bytes == bn.activations_bytes
+        assert plan_step(conv_norm("GroupNormalization"), config).unknown_layer_types == ()
+    # Under mixed precision the kept copy is float32: more than the 16-bit conv output alone.
+    config = TrainingConfig(batch_size=64, optimizer="sgd", precision="mixed_bfloat16")
+    assert estimate_memory(conv_norm("GroupNormalization"), config).activations_bytes >= 64 * 65536 * (4 + 2)
