@@ -239,12 +239,16 @@ def test_two_identical_paddings_of_one_input_are_one_tensor():
     profile = ModelProfile("pads", (112, 112, 64), layers, (MAP, MAP, padded, padded, MAP, MAP, MAP, 10), (0,), (7,))
     timeline = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
     image, pad = counted_bytes(4 * MAP * 8), counted_bytes(4 * padded * 8)
-    # The executor runs branch a to the Add first (pad_a, a), then pad_b (nothing: it
-    # is pad_a's tensor) and b. After pad_a the stem's output is dead.
-    assert [name for name, _ in timeline.items()][1:6] == [f"forward {n}" for n in ("pad_a", "a", "pad_b", "b", "add")]
-    assert timeline["forward pad_a"] == timeline["forward pad_b"] == 2 * image + pad
-    # Branch b reads the one padded tensor: image + padded + a's output + b's output.
-    assert timeline["forward b"] == 3 * image + pad
+    # pad_b is pad_a's tensor and hands its reader b to pad_a, after pad_a's own a: the
+    # executor runs the last of those first (_executor_order), b, then a, then the Add.
+    # After pad_a the stem's output is dead.
+    assert [name for name, _ in timeline.items()][1:5] == [f"forward {n}" for n in ("pad_a", "b", "a", "add")]
+    assert timeline["forward pad_a"] == 2 * image + pad
+    # Both convolutions read the one padded tensor: image + padded + their outputs.
+    assert timeline["forward b"] == 2 * image + pad
+    assert timeline["forward a"] == 3 * image + pad
+    # The merged pad_b runs nothing (queued behind the stem's first reader, it comes last).
+    assert timeline["forward pad_b"] == timeline["forward head"]
 
 
 def test_a_fork_runs_one_branch_to_its_join_before_the_next():
@@ -409,6 +413,32 @@ def test_on_the_cpu_an_op_onednn_rewrites_runs_before_one_it_does_not():
     convs = (layers[0], LayerStats("c1", "Conv2D", (1,), (2,), shape, (65536,)),
              LayerStats("c2", "Conv2D", (1,), (3,), shape, (65536,)), LayerStats("add", "Add", (2, 3), (4,), shape))
     assert _executor_order(convs, [-1, 0, 1, 2, 3], onednn=True) == [0, 1, 2, 3]
+
+
+def test_on_the_cpu_a_relu_merged_by_cse_hands_its_consumers_to_its_twin():
+    from calc.estimate import _executor_order
+
+    # NASNet's stem: one map x, read by two identical relus (one node after CSE). The kept
+    # relu feeds a 1x1 conv; the merged one an average pool (rewritten) and a pad (not).
+    shape = ((111, 111, 32),)
+    layers = (
+        LayerStats("x", "Conv2D", (0,), (1,), shape, (864,)),
+        LayerStats("relu", "Activation", (1,), (2,), shape, activation="relu"),
+        LayerStats("conv", "Conv2D", (2,), (3,), shape, (1024,)),
+        LayerStats("relu_twin", "Activation", (1,), (4,), shape, activation="relu"),
+        LayerStats("pad", "ZeroPadding2D", (4,), (5,), ((112, 112, 32),)),
+        LayerStats("pool", "AveragePooling2D", (4,), (6,), ((56, 56, 32),)),
+    )
+    producer = [-1, 0, 1, 2, 3, 4, 5]
+    # The relu's out-edges: its own conv, then the handed pad and pool; the rewritten
+    # (conv, pool) moved to the end; the last runs first, then last-in first-out:
+    # pool, conv, pad. The merged relu itself does nothing, after its producer.
+    order = _executor_order(layers, producer, onednn=True, twin_of={3: 1})
+    assert [layers[i].name for i in order if i != 3] == ["x", "relu", "pool", "conv", "pad"]
+    # Without the merge (or on a GPU) each relu feeds its own consumers, in Keras' order.
+    plain = _executor_order(layers, producer, onednn=True)
+    assert [layers[i].name for i in plain] == ["x", "relu", "conv", "relu_twin", "pool", "pad"]
+    assert _executor_order(layers, producer, twin_of={3: 1}) == _executor_order(layers, producer)
 
 
 def test_a_step_with_a_frozen_part_counts_the_variables_in_their_simulated_chunks():
