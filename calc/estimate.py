@@ -890,7 +890,6 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
     nbytes = [0] * n_tensors
     for t in profile.input_ids:
         nbytes[t] = FLOAT32 * profile.tensor_elements[t]
-    merged = [False] * len(layers)
     twins: dict[int, int] = {}  # a merged layer -> the twin it was merged into
     first_of: dict[tuple, int] = {}
     frozen = [inference[i] and not backward[i] for i in range(len(layers))]
@@ -913,7 +912,6 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
             else:
                 nbytes[t] = out_bytes * profile.tensor_elements[t]
         if twin not in (-1, i):
-            merged[i] = True
             twins[i] = twin
             for t, u in zip(layer.output_ids, layers[twin].output_ids):
                 alias[t] = alias[u]
@@ -972,7 +970,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         if precision.is_mixed and rule.input_for_weights_only and need_input:
             # dX = dY * W^T reads the 16-bit copy of the kernel made for the forward pass.
             private_fixed[i] += sum(counted_bytes(cb * e) for e in layer.trainable_weight_elements)
-        if merged[i]:
+        if i in twins:
             private[i], private_fixed[i] = [], 0  # its twin's forward made them
         for t in set(keep):
             if producer[t] != -1:  # model inputs are live all step anyway
@@ -988,7 +986,7 @@ def _simulate(profile: ModelProfile, config: TrainingConfig,
         pos[i] = k
     last_forward_use = [-1] * n_tensors
     for i in run_order:
-        if merged[i]:
+        if i in twins:
             continue  # merged into its twin: it does not run
         at = pos[fused_convs[i]] if i in fused_convs else pos[i]  # a fused conv runs at its Add
         for t in layers[i].input_ids:
