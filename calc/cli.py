@@ -67,8 +67,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--centered", action="store_true", help="centered RMSprop")
     p.add_argument("--ema", "--use-ema", dest="ema", action="store_true", help="use_ema=True")
     p.add_argument("--precision", choices=[p.value for p in Precision], default="float32")
-    p.add_argument("--device", choices=[d.value for d in Device], default="cpu",
-                   help="the kernels the step runs on: cpu (what the validation set measured) or gpu "
+    p.add_argument("--device", choices=["auto", *(d.value for d in Device)], default="auto",
+                   help="the kernels the step runs on: auto (this machine's CPU, as measure runs it: cpu_fp16 "
+                        "where the CPU has AVX512-FP16, else cpu), cpu, cpu_fp16, or gpu "
                         "(cuDNN/cuBLAS: no float16 CPU-kernel buffers, no XLA CPU filter for grouped convs)")
     p.add_argument("--frozen-backbone", action="store_true", help="Keras transfer-learning recipe (implies --no-top)")
     p.add_argument("--last-n", "--last-n-layers", dest="last_n", type=_positive, help="train only the last N layers")
@@ -158,8 +159,19 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         last_n_layers=args.last_n or 0,
         gradient_accumulation_steps=args.grad_accum,
         num_gpus=args.gpus,
-        device=Device(args.device),
+        device=_device(args.device),
     )
+
+
+def _device(name: str) -> Device:
+    """``auto`` is this machine's CPU kernels (``calc.measure.local_cpu_device``), so that
+    ``estimate`` and ``measure`` with the same options describe the same step: under
+    mixed_float16 the two CPU kernels differ by up to 2x on small steps (validation_cpu_fp16)."""
+    if name == "auto":
+        from calc.measure import local_cpu_device
+
+        return local_cpu_device()
+    return Device(name)
 
 
 def _gpu(args: argparse.Namespace) -> GpuPreset | None:

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from calc.cli import main
+from calc.types import Device
 
 
 def run(*args):
@@ -88,13 +89,14 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     assert caveats("--model", "ResNet50", "--image-size", "128") == {}
     # mixed_float16: ResNet50 at 96 px b4 peaks at the update, where all updates start together;
     # at 224 px b32 its activations set the peak in the backward pass.
-    together = caveats("--model", "ResNet50", "--image-size", "96", "--batch-size", "4", "--precision", "mixed_float16")
+    together = caveats("--model", "ResNet50", "--image-size", "96", "--batch-size", "4", "--precision", "mixed_float16",
+                       "--device", "cpu")
     assert list(together) == ["updates_together"] and together["updates_together"] > 0
-    assert caveats("--model", "ResNet50", "--batch-size", "32", "--precision", "mixed_float16") == {}
+    assert caveats("--model", "ResNet50", "--batch-size", "32", "--precision", "mixed_float16", "--device", "cpu") == {}
     # A small mixed_float16 step peaks while a float16 convolution gradient holds its im2col
     # buffer (13-30 MiB whatever the batch, calc.kernels); under mixed_bfloat16 oneDNN has none.
     small = ("--model", "MobileNetV3Small", "--image-size", "128", "--batch-size", "2")
-    buffer = caveats(*small, "--precision", "mixed_float16")
+    buffer = caveats(*small, "--precision", "mixed_float16", "--device", "cpu")
     assert list(buffer) == ["float16_buffer"] and 16 * 2**20 < buffer["float16_buffer"] <= 40 * 2**20
     assert caveats(*small, "--precision", "mixed_bfloat16") == {}
     # On a GPU neither exists: cuDNN computes float16 and runs grouped convs itself.
@@ -125,6 +127,23 @@ def test_keras_spellings_of_the_options_mean_the_same_step(capsys):
     assert peak("--gradient-accumulation-steps", "2") == peak("--grad-accum", "2")
     assert peak("--last-n-layers", "5") == peak("--last-n", "5")
     assert peak("--num-gpus", "2") == peak("--gpus", "2")
+
+
+def test_estimate_defaults_to_the_kernels_measure_runs_here(capsys, monkeypatch):
+    import calc.measure
+
+    def estimate(*args):
+        assert main(["estimate", "--model", "MobileNetV3Small", "--image-size", "128", "--batch-size", "2",
+                     "--precision", "mixed_float16", *args, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        return out["device"], out["peak_bytes"]
+
+    # The float16 CPU kernels' im2col buffers exist only where oneDNN lacks AVX512-FP16.
+    cpu, fp16 = estimate("--device", "cpu"), estimate("--device", "cpu_fp16")
+    assert cpu[0] == "cpu" and fp16[0] == "cpu_fp16" and cpu[1] > fp16[1]
+    for kind, expected in ((Device.CPU, cpu), (Device.CPU_FP16, fp16)):
+        monkeypatch.setattr(calc.measure, "local_cpu_device", lambda kind=kind: kind)
+        assert estimate() == expected
 
 
 @pytest.mark.slow
