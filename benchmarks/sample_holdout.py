@@ -1,6 +1,6 @@
 """Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
 
-    python benchmarks/sample_holdout.py --seed 12 --count 14 [--models A,B] [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--trained | --frozen]
+    python benchmarks/sample_holdout.py --seed 12 --count 14 [--models A,B] [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--ema] [--trained | --frozen]
 
 Every earlier holdout was picked by a person (new families, new optimizers, hard
 layouts), which tests what that person thought of. This draws configurations the way
@@ -17,7 +17,8 @@ drawn steps with a frozen part (a frozen backbone or the last N layers), for a h
 at the allocator's pool history, which decides those steps' peaks. ``--min-peak-gib`` keeps
 only the drawn steps predicted at least that large, for a holdout of the larger steps that
 a GPU user meets (most random draws under the time limit peak below 1 GiB). ``--models``
-draws from the named catalogue models only, for a holdout aimed at one family's mechanism.
+draws from the named catalogue models only, for a holdout aimed at one family's mechanism;
+``--ema`` sets use_ema=True on every draw, for one aimed at the EMA's update.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--max-peak-gib", type=float, default=2.5)
     parser.add_argument("--max-activations-gib", type=float, default=1.5)
     parser.add_argument("--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"))
+    parser.add_argument("--ema", action="store_true", help="every draw with use_ema=True")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--trained", action="store_true")
     group.add_argument("--frozen", action="store_true")
@@ -94,6 +96,8 @@ def main() -> None:
         case_args, kwargs = draw(rng, models)
         if args.precision:
             kwargs["precision"] = args.precision
+        if args.ema:
+            kwargs["use_ema"] = True
         if args.trained and kwargs["mode"] == "frozen_backbone":
             continue
         if args.frozen and kwargs["mode"] == "all":
