@@ -727,6 +727,20 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     _case('EfficientNetB1', 96, 12, 'rmsprop', precision='mixed_bfloat16', momentum=True, classes=10, use_ema=True),
     _case('EfficientNetB3', 128, 2, 'rmsprop', precision='mixed_bfloat16', centered=True, last_n=20, use_ema=True, mode='last_n'),
     _case('EfficientNetV2B1', 160, 24, 'adadelta', precision='mixed_bfloat16', use_ema=True),
+    # A thirty-fifth, float32 (stop 23, `sample_holdout.py --seed 38 --count 12 --max-peak-gib 1.0
+    # --precision float32`), drawn and predicted (in the commit message) after this stop's engine change.
+    _case('MobileNetV2', 160, 48, 'adafactor', precision='float32', use_ema=True, channels=1, mode='frozen_backbone'),
+    _case('EfficientNetV2S', 224, 32, 'adamw', precision='float32', last_n=40, mode='last_n'),
+    _case('ResNet101', 96, 4, 'adam', precision='float32', amsgrad=True),
+    _case('NASNetMobile', 64, 16, 'sgd', precision='float32', momentum=True),
+    _case('ResNet101', 128, 32, 'adagrad', precision='float32', classes=10, mode='frozen_backbone'),
+    _case('ResNet50V2', 96, 1, 'adadelta', precision='float32', mode='frozen_backbone'),
+    _case('EfficientNetB4', 64, 8, 'adamax', precision='float32'),
+    _case('EfficientNetV2B0', 96, 2, 'adadelta', precision='float32', channels=1, mode='frozen_backbone'),
+    _case('ResNet152V2', 224, 64, 'ftrl', precision='float32', mode='frozen_backbone'),
+    _case('EfficientNetB7', 160, 32, 'adafactor', precision='float32', last_n=30, channels=1, mode='last_n'),
+    _case('MobileNet', 160, 2, 'rmsprop', precision='float32', momentum=True),
+    _case('MobileNetV3Small', 224, 24, 'lamb', precision='float32'),
 )
 
 
