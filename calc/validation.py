@@ -921,6 +921,47 @@ def margin_for_runs(runs_bytes, predicted_bytes: int) -> float:
     return above / (1 + above)
 
 
+@dataclass(frozen=True)
+class Reproducibility:
+    """How far TensorFlow's own runs of one step lie from each other: each run against the
+    median of the other runs of its case (cases with at least three runs)."""
+
+    cases: int
+    runs: int
+    runs_beyond: int  # runs more than ``threshold`` from the median of their case's other runs
+    cases_with_run_beyond: int
+    median_deviation: float  # the median, over runs, of |run / median(other runs) - 1|
+    threshold: float
+
+
+def reproducibility(runs_per_case, threshold: float = 0.10) -> Reproducibility:
+    """``Reproducibility`` of measured runs, one sequence of peaks (bytes) per case.
+
+    It is the floor under any estimate's error on a step measured afresh: a prediction equal to
+    the other runs' median still misses a run that lies ``threshold`` from it.
+    """
+    deviations, cases, flagged = [], 0, 0
+    for runs in map(list, runs_per_case):
+        if len(runs) < 3:
+            continue
+        cases += 1
+        own = [abs(run / statistics.median(runs[:i] + runs[i + 1:]) - 1) for i, run in enumerate(runs)]
+        deviations += own
+        flagged += any(d > threshold for d in own)
+    if not deviations:
+        raise ValueError("No case with three or more runs.")
+    return Reproducibility(cases, len(deviations), sum(d > threshold for d in deviations), flagged,
+                           statistics.median(deviations), threshold)
+
+
+def reproducibility_json(rows: list[ValidationRow]) -> dict[str, Any] | None:
+    """``reproducibility`` of the rows' runs as JSON; None when no case has three runs (a GPU slice)."""
+    try:
+        return asdict(reproducibility(r.runs_bytes for r in rows))
+    except ValueError:
+        return None
+
+
 def load_measurements(path: Path = CPU_DATA) -> dict[str, Any]:
     """Reads a validation data file: ``{"environment": {...}, "cases": [...]}``."""
     if not path.exists():
@@ -1118,7 +1159,8 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
                     "worst_over_prediction": s.worst_over,
                     "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
                     "max_abs_error_from_nearest_run": s.max_from_runs,
-                    "caveats": records_as_json(caveat_records(rows))},
+                    "caveats": records_as_json(caveat_records(rows)),
+                    "reproducibility": reproducibility_json(rows)},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": r.relative_error, "measured_spread": r.spread,
                    "runs_bytes": list(r.runs_bytes), "caveats": list(r.caveats)} for r in rows],

@@ -97,6 +97,33 @@ def test_error_from_the_nearest_run_is_zero_inside_the_runs_and_signed_outside()
     assert s.median_from_runs == (0.0 + 0.09) / 2
 
 
+def test_reproducibility_sets_each_run_against_the_median_of_its_cases_other_runs():
+    from calc.validation import Reproducibility, reproducibility
+
+    # (100, 100, 130): 130 is 30 % off the other two; each 100 is off the median of (100, 130),
+    # 115, by 100 / 115 - 1 = -13 %. (200, 210, 220): 200 vs 215, 210 vs 210, 220 vs 205.
+    # A case with fewer than three runs has no "other runs' median" to speak of and is skipped.
+    r = reproducibility([(100, 100, 130), (200, 210, 220), (100, 500)], threshold=0.10)
+    deviations = sorted([0.3, 1 - 100 / 115, 1 - 100 / 115, 1 - 200 / 215, 0.0, 220 / 205 - 1])
+    assert r == Reproducibility(cases=2, runs=6, runs_beyond=3, cases_with_run_beyond=1,
+                                median_deviation=pytest.approx((deviations[2] + deviations[3]) / 2),
+                                threshold=0.10)
+    assert reproducibility([(200, 210, 220)], threshold=0.05).runs_beyond == 2  # 200: 7.0 %, 220: 7.3 %
+    with pytest.raises(ValueError):
+        reproducibility([(100, 120)])
+
+
+def test_the_saved_report_says_how_far_the_runs_themselves_lie_apart(tmp_path):
+    spec, config = VALIDATION_CASES[0]
+    rows = [ValidationRow("a", spec, config, 100, 0.0, 120, (100, 100, 130)),
+            ValidationRow("b", spec, config, 100, 0.0, 95, (100,))]
+    save_report(rows, tmp_path / "report.json")
+    repro = load_report(tmp_path / "report.json")["summary"]["reproducibility"]
+    assert (repro["cases"], repro["runs"], repro["runs_beyond"]) == (1, 3, 3)
+    save_report([rows[1]], tmp_path / "gpu.json")  # one run per case, as on the GPU slices
+    assert load_report(tmp_path / "gpu.json")["summary"]["reproducibility"] is None
+
+
 def test_caveat_records_group_cases_by_kind_with_the_margin_that_covers_every_run():
     spec, config = VALIDATION_CASES[0]
 
