@@ -147,6 +147,8 @@ def test_validation_page_compares_the_error_with_the_spread_of_the_runs():
     line = next(c.value for c in app(page="pages/validation.py").caption if "lie within their case's runs" in c.value)
     assert f"{s['within_measured_runs']} of {s['cases']} predictions" in line
     assert f"{s['max_abs_error_from_nearest_run']:.1%}" in line
+    repro = s["reproducibility"]
+    assert f"{repro['runs_beyond']} of {repro['runs']} runs" in line
 
 
 def test_validation_page_groups_the_cases_by_what_makes_their_runs_differ():
