@@ -758,15 +758,18 @@ VALIDATION_CASES: tuple[tuple[ModelSpec, TrainingConfig], ...] = (
     # A thirty-seventh, mixed_float16 (stop 24, `sample_holdout.py --seed 40 --count 10 --max-peak-gib 1.0
     # --precision mixed_float16`), predicted (in the commit message, with this CPU's float16 kernels) before measuring.
     _case('ConvNeXtBase', 64, 64, 'adamax', precision='mixed_float16', mode='frozen_backbone'),
-    _case('EfficientNetV2M', 380, 48, 'adamax', precision='mixed_float16', last_n=10, mode='last_n'),
-    _case('InceptionV3', 128, 6, 'sgd', precision='mixed_float16', accum=4),
+    # ran past the protocol's 600 s a run here (float16 kernels on the CPU), not measured:
+    # _case('EfficientNetV2M', 380, 48, 'adamax', precision='mixed_float16', last_n=10, mode='last_n'),
+    # ran past the protocol's 600 s a run here (float16 kernels on the CPU), not measured:
+    # _case('InceptionV3', 128, 6, 'sgd', precision='mixed_float16', accum=4),
     _case('MobileNetV3Small', 224, 1, 'adagrad', precision='mixed_float16'),
     _case('MobileNet', 64, 1, 'rmsprop', precision='mixed_float16', centered=True),
     _case('ResNet152V2', 192, 48, 'nadam', precision='mixed_float16', channels=1, mode='frozen_backbone'),
     _case('ConvNeXtSmall', 192, 2, 'sgd', precision='mixed_float16', use_ema=True),
     _case('EfficientNetB2', 256, 48, 'nadam', precision='mixed_float16', use_ema=True, mode='frozen_backbone'),
     _case('MobileNetV2', (160, 224), 24, 'adagrad', precision='mixed_float16'),
-    _case('EfficientNetB6', 299, 12, 'ftrl', precision='mixed_float16', last_n=40, channels=1, mode='last_n'),
+    # ran past the protocol's 600 s a run here (float16 kernels on the CPU), not measured:
+    # _case('EfficientNetB6', 299, 12, 'ftrl', precision='mixed_float16', last_n=40, channels=1, mode='last_n'),
 )
 
 
