@@ -393,14 +393,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
                  f"off the nearest run: median {s.median_from_runs * 100:.1f}%, max {s.max_from_runs * 100:.1f}%")
     out.update(within_measured_runs=s.within_runs, median_abs_error_from_nearest_run=s.median_from_runs,
                max_abs_error_from_nearest_run=s.max_from_runs)
-    repro = reproducibility_json(rows)
-    out["reproducibility"] = repro
+    repro, single = reproducibility_json(rows), reproducibility_json(rows, against_prediction=True)
+    out.update(reproducibility=repro, estimate_against_runs=single)
     if repro is not None:
-        lines.append(f"TensorFlow against itself, each run against the median of its case's other runs: median "
-                     f"{repro['median_deviation'] * 100:.1f}%; {repro['runs_beyond']} of {repro['runs']} runs "
-                     f"({repro['runs_beyond'] / repro['runs'] * 100:.1f}%) more than {repro['threshold'] * 100:.0f}% "
-                     f"off, in {repro['cases_with_run_beyond']} of {repro['cases']} cases: a floor under any "
-                     "estimate's error on a step measured afresh")
+        for what, r in (("TensorFlow against itself, each run against the median of its case's other runs", repro),
+                        ("the estimate against the same single runs", single)):
+            lines.append(f"{what}: median {r['median_deviation'] * 100:.1f}%; {r['runs_beyond']} of {r['runs']} runs "
+                         f"({r['runs_beyond'] / r['runs'] * 100:.1f}%) more than {r['threshold'] * 100:.0f}% off, in "
+                         f"{r['cases_with_run_beyond']} of {r['cases']} cases")
     records = caveat_records(rows)
     lines.append("by what makes runs of a step differ (calc.estimate.spread_caveats; a case with two kinds counts in both):")
     out["caveats"] = records_as_json(records)

@@ -938,29 +938,37 @@ def margin_for_runs(runs_bytes, predicted_bytes: int) -> float:
 
 @dataclass(frozen=True)
 class Reproducibility:
-    """How far TensorFlow's own runs of one step lie from each other: each run against the
-    median of the other runs of its case (cases with at least three runs)."""
+    """How far each measured run lies from a reference: the median of its case's other runs
+    (TensorFlow against itself), or the case's prediction (the estimate against single runs).
+    Cases with at least three runs."""
 
     cases: int
     runs: int
-    runs_beyond: int  # runs more than ``threshold`` from the median of their case's other runs
+    runs_beyond: int  # runs more than ``threshold`` from their reference
     cases_with_run_beyond: int
-    median_deviation: float  # the median, over runs, of |run / median(other runs) - 1|
+    median_deviation: float  # the median, over runs, of |run / reference - 1|
     threshold: float
 
 
-def reproducibility(runs_per_case, threshold: float = 0.10) -> Reproducibility:
+def reproducibility(runs_per_case, threshold: float = 0.10, predictions=None) -> Reproducibility:
     """``Reproducibility`` of measured runs, one sequence of peaks (bytes) per case.
 
-    It is the floor under any estimate's error on a step measured afresh: a prediction equal to
-    the other runs' median still misses a run that lies ``threshold`` from it.
+    Without ``predictions`` each run is set against the median of its case's other runs: the
+    floor under any estimate's error on a step measured afresh, since a prediction equal to that
+    median still misses a run that lies ``threshold`` from it. With ``predictions`` (bytes, one
+    per case) each run is set against its case's prediction instead, on the same footing.
     """
+    predictions = iter(predictions) if predictions is not None else None
     deviations, cases, flagged = [], 0, 0
     for runs in map(list, runs_per_case):
+        predicted = next(predictions) if predictions is not None else None
         if len(runs) < 3:
             continue
         cases += 1
-        own = [abs(run / statistics.median(runs[:i] + runs[i + 1:]) - 1) for i, run in enumerate(runs)]
+        if predicted is None:
+            own = [abs(run / statistics.median(runs[:i] + runs[i + 1:]) - 1) for i, run in enumerate(runs)]
+        else:
+            own = [abs(predicted / run - 1) for run in runs]
         deviations += own
         flagged += any(d > threshold for d in own)
     if not deviations:
@@ -969,10 +977,12 @@ def reproducibility(runs_per_case, threshold: float = 0.10) -> Reproducibility:
                            statistics.median(deviations), threshold)
 
 
-def reproducibility_json(rows: list[ValidationRow]) -> dict[str, Any] | None:
-    """``reproducibility`` of the rows' runs as JSON; None when no case has three runs (a GPU slice)."""
+def reproducibility_json(rows: list[ValidationRow], against_prediction: bool = False) -> dict[str, Any] | None:
+    """``reproducibility`` of the rows' runs as JSON (against each row's prediction when
+    ``against_prediction``); None when no case has three runs (a GPU slice)."""
+    predictions = [r.predicted_bytes for r in rows] if against_prediction else None
     try:
-        return asdict(reproducibility(r.runs_bytes for r in rows))
+        return asdict(reproducibility((r.runs_bytes for r in rows), predictions=predictions))
     except ValueError:
         return None
 
@@ -1175,7 +1185,8 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
                     "within_measured_runs": s.within_runs, "median_abs_error_from_nearest_run": s.median_from_runs,
                     "max_abs_error_from_nearest_run": s.max_from_runs,
                     "caveats": records_as_json(caveat_records(rows)),
-                    "reproducibility": reproducibility_json(rows)},
+                    "reproducibility": reproducibility_json(rows),
+                    "estimate_against_runs": reproducibility_json(rows, against_prediction=True)},
         "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
                    "relative_error": r.relative_error, "measured_spread": r.spread,
                    "runs_bytes": list(r.runs_bytes), "caveats": list(r.caveats)} for r in rows],

@@ -73,12 +73,15 @@ def noise_line() -> str:
     line = (f"Each case was measured three times in fresh processes, and the runs differ (the allocator's "
             f"state before the step): {within} of {s['cases']} predictions lie within their case's runs; "
             f"off the nearest run by a median {median:.1%}, at most {worst:.1%}.")
-    repro = s.get("reproducibility")
-    if repro:
+    repro, single = s.get("reproducibility"), s.get("estimate_against_runs")
+    if repro and single:
         line += (f" TensorFlow against itself: each run lies a median {repro['median_deviation']:.1%} from the "
                  f"median of its case's other runs, and {repro['runs_beyond']} of {repro['runs']} runs "
                  f"({repro['runs_beyond'] / repro['runs']:.1%}, in {repro['cases_with_run_beyond']} cases) lie more "
-                 f"than {repro['threshold']:.0%} from it, so no estimate can promise less on a step measured afresh.")
+                 f"than {repro['threshold']:.0%} from it, so no estimate can promise less on a step measured afresh; "
+                 f"the estimate against the same runs: a median {single['median_deviation']:.1%}, and "
+                 f"{single['runs_beyond']} runs ({single['runs_beyond'] / single['runs']:.1%}) more than "
+                 f"{single['threshold']:.0%} off.")
     return line
 
 

@@ -232,9 +232,15 @@ def test_validate_prints_the_record_of_each_caveat_kind(tmp_path, capsys):
     highest_run = max(picked[0]["peaks_bytes"])
     assert out["caveats"]["large_variable"]["margin_for_every_run"] == pytest.approx(
         max(0.0, 1 - vgg["predicted_bytes"] / highest_run))
+    # Each run against the prediction of its case, counted here from the cases themselves.
+    assert out["reproducibility"]["runs"] == sum(len(c["peaks_bytes"]) for c in picked)
+    predicted = {c["case"]: c["predicted_bytes"] for c in out["cases"]}
+    assert out["estimate_against_runs"]["runs_beyond"] == sum(
+        abs(predicted[c["case"]] / run - 1) > 0.10 for c in picked for run in c["peaks_bytes"])
     assert main(["validate", "--data", str(path)]) == 0
     text = capsys.readouterr().out
     assert "  large_variable          1 cases:" in text and "covers every run" in text
+    assert "TensorFlow against itself" in text and "the estimate against the same single runs" in text
 
 
 def test_gpu_kernels_add_the_h100_record_to_a_note(capsys):

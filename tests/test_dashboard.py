@@ -149,6 +149,8 @@ def test_validation_page_compares_the_error_with_the_spread_of_the_runs():
     assert f"{s['max_abs_error_from_nearest_run']:.1%}" in line
     repro = s["reproducibility"]
     assert f"{repro['runs_beyond']} of {repro['runs']} runs" in line
+    single = s["estimate_against_runs"]
+    assert f"the estimate against the same runs: a median {single['median_deviation']:.1%}" in line
 
 
 def test_validation_page_groups_the_cases_by_what_makes_their_runs_differ():

@@ -113,6 +113,19 @@ def test_reproducibility_sets_each_run_against_the_median_of_its_cases_other_run
         reproducibility([(100, 120)])
 
 
+def test_the_estimate_is_set_against_the_same_single_runs():
+    from calc.validation import reproducibility
+
+    # A prediction of 108 against runs (100, 100, 130): 8 %, 8 % and 108 / 130 - 1 = -16.9 %;
+    # 210 against (200, 210, 220): 5 %, 0 % and -4.5 %. The two-run case is skipped, and its
+    # prediction must not shift the ones after it.
+    r = reproducibility([(100, 100, 130), (100, 500), (200, 210, 220)], threshold=0.10,
+                        predictions=[108, 300, 210])
+    assert (r.cases, r.runs, r.runs_beyond, r.cases_with_run_beyond) == (2, 6, 1, 1)
+    deviations = sorted([0.08, 0.08, 1 - 108 / 130, 210 / 200 - 1, 0.0, 1 - 210 / 220])
+    assert r.median_deviation == pytest.approx((deviations[2] + deviations[3]) / 2)
+
+
 def test_the_saved_report_says_how_far_the_runs_themselves_lie_apart(tmp_path):
     spec, config = VALIDATION_CASES[0]
     rows = [ValidationRow("a", spec, config, 100, 0.0, 120, (100, 100, 130)),
@@ -120,6 +133,8 @@ def test_the_saved_report_says_how_far_the_runs_themselves_lie_apart(tmp_path):
     save_report(rows, tmp_path / "report.json")
     repro = load_report(tmp_path / "report.json")["summary"]["reproducibility"]
     assert (repro["cases"], repro["runs"], repro["runs_beyond"]) == (1, 3, 3)
+    single = load_report(tmp_path / "report.json")["summary"]["estimate_against_runs"]
+    assert single["runs_beyond"] == 2  # 120 against 100 twice; against 130 it is 7.7 % off
     save_report([rows[1]], tmp_path / "gpu.json")  # one run per case, as on the GPU slices
     assert load_report(tmp_path / "gpu.json")["summary"]["reproducibility"] is None
 
