@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, replace
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -958,10 +959,8 @@ def reproducibility(runs_per_case, threshold: float = 0.10, predictions=None) ->
     median still misses a run that lies ``threshold`` from it. With ``predictions`` (bytes, one
     per case) each run is set against its case's prediction instead, on the same footing.
     """
-    predictions = iter(predictions) if predictions is not None else None
     deviations, cases, flagged = [], 0, 0
-    for runs in map(list, runs_per_case):
-        predicted = next(predictions) if predictions is not None else None
+    for runs, predicted in zip(map(list, runs_per_case), repeat(None) if predictions is None else predictions):
         if len(runs) < 3:
             continue
         cases += 1
