@@ -377,6 +377,42 @@ def _optimizer(config: TrainingConfig) -> Any:
     return getattr(keras.optimizers, _OPTIMIZER_CLASSES[config.optimizer])(**kwargs)
 
 
+def compiled_training_model(spec: ModelSpec | ModelFile, config: TrainingConfig, *, jit_compile: bool | str = False,
+                            remat: str | None = None) -> Any:
+    """The model as ``measure`` and the XLA plan train it: built, trainable as ``config`` says, compiled.
+
+    ``remat``: a ``keras.RematScope`` mode the layers are created under (it is read when a
+    layer is created, not when it is called).
+    """
+    keras = _keras()
+    scope = keras.RematScope(mode=remat) if remat else nullcontext()
+    with scope:
+        model, backbone = build_model(spec, config.precision.value, config.train_mode)
+    if config.train_mode is TrainMode.FROZEN_BACKBONE:
+        if backbone is None:
+            raise ValueError("A frozen backbone needs one: include_top=False for a catalogue model (the "
+                             "transfer-learning head), a nested model in a saved file.")
+        backbone.trainable = False
+    elif config.train_mode is TrainMode.LAST_N:
+        ops = [op for op, _ in _walk(model, backbone)[0]]
+        for op in ops[: max(0, len(ops) - config.last_n_layers)]:
+            op.trainable = False
+    model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy", jit_compile=jit_compile)
+    return model
+
+
+def batch_shapes(model: Any, batch: int) -> tuple[tuple[int, ...], str, tuple[int, ...], int]:
+    """``(x shape, x dtype, y shape, classes)`` of one batch of sparse integer labels.
+
+    One label per output position (a segmentation map has one per pixel), as the engine's
+    ledger counts them (``ModelProfile.label_elements``).
+    """
+    out_shape = tuple(int(d) for d in model.outputs[0].shape[1:])
+    x_shape = (batch, *(int(d) for d in model.inputs[0].shape[1:]))
+    x_dtype = str(getattr(model.inputs[0], "dtype", "float32"))
+    return x_shape, x_dtype, (batch, *out_shape[:-1]), (out_shape[-1] if out_shape else 1)
+
+
 MAX_WARMUP_STEPS = 30  # the loss scale halves per overflowing step: 2^15 -> 1 in 15
 
 
@@ -425,29 +461,15 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
     extra: dict[str, Any] = {}
     # "history": everything from the build to the measured step, under the profiler too.
     with _recording_allocations(extra, "allocations_before") if trace == "history" else nullcontext():
-        model, backbone = build_model(spec, config.precision.value, config.train_mode)
-        if config.train_mode is TrainMode.FROZEN_BACKBONE:
-            if backbone is None:
-                raise ValueError("A frozen backbone needs one: include_top=False for a catalogue model (the "
-                                 "transfer-learning head), a nested model in a saved file.")
-            backbone.trainable = False
-        elif config.train_mode is TrainMode.LAST_N:
-            ops = [op for op, _ in _walk(model, backbone)[0]]
-            for op in ops[: max(0, len(ops) - config.last_n_layers)]:
-                op.trainable = False
-        model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy", jit_compile=xla)
+        model = compiled_training_model(spec, config, jit_compile=xla)
         batch = config.per_replica_batch
         rng = np.random.default_rng(0)
-        # Sparse integer labels, one per output position (a segmentation map has one per pixel),
-        # as the engine's ledger counts them (``ModelProfile.label_elements``).
-        out_shape = tuple(int(d) for d in model.outputs[0].shape[1:])
-        in_shape = (batch, *(int(d) for d in model.inputs[0].shape[1:]))
-        in_dtype = str(getattr(model.inputs[0], "dtype", "float32"))
-        if "int" in in_dtype:  # token ids for an Embedding: the values do not change the memory
-            x = rng.integers(0, 2, size=in_shape).astype(in_dtype)
+        x_shape, x_dtype, y_shape, classes = batch_shapes(model, batch)
+        if "int" in x_dtype:  # token ids for an Embedding: the values do not change the memory
+            x = rng.integers(0, 2, size=x_shape).astype(x_dtype)
         else:
-            x = rng.random(in_shape, dtype=np.float32)
-        y = rng.integers(0, out_shape[-1] if out_shape else 1, size=(batch, *out_shape[:-1]))
+            x = rng.random(x_shape, dtype=np.float32)
+        y = rng.integers(0, classes, size=y_shape)
         # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
         # at 2^15 and halves on every step with non-finite gradients, skipping the update:
         # with a 1000-class head the first steps all overflow (benchmarks/probe_loss_scale.py).
@@ -490,6 +512,76 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
         "threads": "inter_op=1 intra_op=1",
         "jit_compile": str(model.jit_compile),
         "warmup_steps": warmup,
+    }
+
+
+def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_config: str,
+                    remat: str | None = None) -> dict[str, Any]:
+    """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
+
+    Needs ``KERAS_BACKEND=jax`` and ``--xla_gpu_autotune_level=0`` in ``XLA_FLAGS`` before
+    Keras and JAX are imported (``calc.xla_plan.worker_env`` sets them): the autotuner
+    would run convolutions on a device. JAX compiles for the CUDA target described by
+    ``target_config`` (a ``stream_executor.GpuTargetConfigProto`` in text form) as a
+    compile-only client ("deviceless ahead-of-time compilation"), and the compiled
+    program's ``memory_analysis()`` gives the bytes XLA assigned.
+
+    The step is what ``train_on_batch`` runs: ``jax.jit(model.train_step, donate_argnums=0)``
+    (keras/src/backend/jax/trainer.py, ``make_train_function``) over the state it gathers
+    (trainable, non-trainable, optimizer and metrics variables) and one batch.
+    """
+    import jax
+    import numpy as np
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    keras = _keras()
+    if keras.backend.backend() != "jax":
+        raise RuntimeError("the XLA plan needs KERAS_BACKEND=jax")
+    started = time.perf_counter()
+    topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
+    sharding = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
+    keras.backend.clear_session()
+    model = compiled_training_model(spec, config, remat=remat)
+    batch = config.per_replica_batch
+    x_shape, x_dtype, y_shape, _ = batch_shapes(model, batch)
+    # Keras builds the optimizer and the metrics from one small batch; the plan's batch is abstract.
+    one = (np.zeros((1, *x_shape[1:]), x_dtype), np.zeros((1, *y_shape[1:]), "int32"), None)
+    model._symbolic_build(data_batch=one)
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+              model.metrics_variables)
+    state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True, optimizer_variables=True,
+                                 metrics_variables=True, purge_model_variables=False)
+
+    def abstract(v: Any) -> Any:
+        return jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
+
+    # Labels reach the step as int32 (JAX without x64 converts int64 numpy arrays).
+    data = (jax.ShapeDtypeStruct(x_shape, "int32" if "int" in x_dtype else x_dtype, sharding=sharding),
+            jax.ShapeDtypeStruct(y_shape, "int32", sharding=sharding), None)
+    lowered = jax.jit(model.train_step, donate_argnums=0).lower(jax.tree.map(abstract, state), data)
+    built = time.perf_counter()
+    compiled = lowered.compile()
+    memory = compiled.memory_analysis()
+
+    def nbytes(values: Any) -> int:
+        return sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in jax.tree.leaves(values) if v is not None)
+
+    return {
+        "argument_bytes": int(memory.argument_size_in_bytes),
+        "output_bytes": int(memory.output_size_in_bytes),
+        "alias_bytes": int(memory.alias_size_in_bytes),
+        "temp_bytes": int(memory.temp_size_in_bytes),
+        "generated_code_bytes": int(memory.generated_code_size_in_bytes),
+        "trainable_bytes": nbytes(groups[0]),
+        "non_trainable_bytes": nbytes(groups[1]),
+        "optimizer_bytes": nbytes(groups[2]),
+        "metrics_bytes": nbytes(groups[3]),
+        "batch_bytes": nbytes(data),
+        "build_seconds": round(built - started, 2),
+        "compile_seconds": round(time.perf_counter() - built, 2),
+        "jax": jax.__version__,
+        "keras": keras.__version__,
     }
 
 
@@ -575,6 +667,16 @@ def _child_main(argv: list[str]) -> int:
         from calc.build_worker import serve_builds
 
         return serve_builds(sys.stdin, sys.stdout)
+    if argv[:1] == ["--plan-xla"]:
+        request = json.loads(sys.stdin.read())
+        try:
+            result = plan_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
+                                     request["target_config"], request.get("remat"))
+        except Exception as exc:  # a layer XLA cannot compile, a model that cannot be built: the answer
+            sys.stdout.write("REFUSED " + json.dumps(f"{type(exc).__name__}: {exc}"[:500]) + "\n")
+            return 0
+        sys.stdout.write("PLAN " + json.dumps(result) + "\n")
+        return 0
     if argv[:1] == ["--profile-file"]:
         from calc.profiles import profile_to_dict
 
