@@ -1,0 +1,326 @@
+"""XLA's plan: targets, the plan's arithmetic, the cache, single flight, the max-batch search.
+
+The pure tests replace the child with a fake runner; the slow ones compile for real (they
+need jax, jaxlib, jax-cuda12-plugin and nvidia-cuda-nvcc-cu12, which requirements.txt
+installs on Python 3.12, and are skipped where those are missing).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from calc import xla_plan
+from calc.catalogue import make_spec
+from calc.cli import main
+from calc.gpus import GPU_PRESETS
+from calc.types import TrainingConfig
+from calc.validation import GPU_TF_XLA_DATA, load_measurements
+
+MIB = 2**20
+
+
+def fake_analysis(batch: int, *, state: int = 3000, per_sample: int = 1_000_000, fixed_temp: int = 50_000) -> dict:
+    """A child's answer shaped like XLA's: the state donated (aliased), a batch, temporaries."""
+    x = 64 * batch
+    return {"argument_bytes": state + x, "output_bytes": state + 8, "alias_bytes": state,
+            "temp_bytes": fixed_temp + per_sample * batch, "generated_code_bytes": 0,
+            "trainable_bytes": 1000, "non_trainable_bytes": 500, "optimizer_bytes": 1496, "metrics_bytes": 4,
+            "batch_bytes": x, "build_seconds": 1.0, "compile_seconds": 2.0, "jax": "0.11.2", "keras": "3.15.1"}
+
+
+@pytest.fixture
+def fake_runner():
+    calls = []
+
+    def runner(request):
+        calls.append(request)
+        time.sleep(0.2)
+        return fake_analysis(request["config"]["batch_size"])
+
+    runner.calls = calls
+    return runner
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_unless_slow(request, tmp_path, monkeypatch):
+    """Fake plans never meet real ones: each pure test has a cache of its own."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+needs_plan = pytest.mark.skipif(xla_plan.unavailable_reason() is not None,
+                                reason=f"no XLA plan here: {xla_plan.unavailable_reason()}")
+
+
+def test_every_gpu_preset_has_a_target_and_the_custom_size_says_why_not():
+    for key, preset in GPU_PRESETS.items():
+        target = xla_plan.target_for(key)
+        text = target.config_text()
+        major, minor = target.compute_capability.split(".")
+        assert f"cuda_compute_capability {{ major: {int(major)} minor: {int(minor)} }}" in text
+        assert f"core_count: {target.core_count}" in text
+        # The card's memory in the target is the card's, within what nvidia-smi and the data sheet differ by.
+        assert abs(target.device_memory_size - preset.memory_bytes) / preset.memory_bytes < 0.08, key
+    with pytest.raises(xla_plan.PlanError, match="custom size"):
+        xla_plan.target_for("custom")
+
+
+def test_the_plan_is_arguments_plus_temporaries_plus_outputs_less_what_is_aliased():
+    raw = fake_analysis(4)
+    plan = xla_plan.plan_from_analysis(raw, "t4")
+    expected = raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
+    assert plan.peak_bytes == expected == sum(plan.components().values())
+    assert plan.weights_bytes == 1500 and plan.optimizer_state_bytes == 1500
+    assert plan.input_batch_bytes == 64 * 4 and plan.temporaries_bytes == raw["temp_bytes"]
+    assert plan.outputs_bytes == 8  # the loss and metrics beyond the donated state
+
+
+def test_a_plan_is_compiled_once_then_read_from_the_disk_cache(fake_runner):
+    spec, config = make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8)
+    first = xla_plan.compute_plan(spec, config, "t4", runner=fake_runner)
+    again = xla_plan.compute_plan(spec, config, "t4", runner=fake_runner)
+    assert first == again and len(fake_runner.calls) == 1
+    assert xla_plan.cached_plan(spec, config, "t4") == first
+    # Anything that changes the plan is another entry: the target, the batch, remat.
+    xla_plan.compute_plan(spec, config, "a100-40", runner=fake_runner)
+    xla_plan.compute_plan(spec, replace(config, batch_size=9), "t4", runner=fake_runner)
+    xla_plan.compute_plan(spec, config, "t4", "full", runner=fake_runner)
+    assert len(fake_runner.calls) == 4
+    # Presets of one card share a target, so their plans are one entry.
+    xla_plan.compute_plan(spec, config, "colab-t4", runner=fake_runner)
+    assert len(fake_runner.calls) == 4
+
+
+def test_the_per_device_batch_is_compiled_and_the_key_names_the_versions(fake_runner):
+    spec = make_spec("MobileNetV2", 96)
+    request = xla_plan.plan_request(spec, TrainingConfig(batch_size=32, num_gpus=4), xla_plan.target_for("t4"))
+    assert request["config"]["batch_size"] == 8 and request["config"]["num_gpus"] == 1
+    key = xla_plan.cache_key(request, {"jax": "0.11.2", "keras": "3.15.1"})
+    assert key != xla_plan.cache_key(request, {"jax": "0.12.0", "keras": "3.15.1"})
+    with pytest.raises(xla_plan.PlanError, match="remat must be one of"):
+        xla_plan.plan_request(spec, TrainingConfig(), xla_plan.target_for("t4"), "sometimes")
+
+
+def test_identical_requests_at_once_compile_once(fake_runner):
+    spec, config = make_spec("ResNet50", 128), TrainingConfig(batch_size=4)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        xla_plan.compute_plan(spec, config, "l4", runner=fake_runner).peak_bytes)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(fake_runner.calls) == 1 and len(set(results)) == 1 and len(results) == 4
+
+
+def test_a_second_compile_waits_for_the_first_on_this_machine():
+    spec = make_spec("ResNet50", 96)
+    running, overlaps = [], []
+
+    def runner(request):
+        overlaps.append(len(running))
+        running.append(1)
+        time.sleep(0.3)
+        running.pop()
+        return fake_analysis(request["config"]["batch_size"])
+
+    threads = [threading.Thread(target=xla_plan.compute_plan, args=(spec, TrainingConfig(batch_size=b), "t4"),
+                                kwargs={"runner": runner}) for b in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == [0, 0, 0]
+
+
+def test_a_child_that_ends_without_an_answer_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(xla_plan.sys, "executable", "/bin/sleep")
+    monkeypatch.setattr(xla_plan, "worker_env", lambda: {})
+    # `/bin/sleep -m calc.keras_adapter --plan-xla` fails at once: an answer-less child is a one-line error.
+    with pytest.raises(xla_plan.PlanError, match="the compile failed"):
+        xla_plan.run_child({"x": 1}, timeout_s=5)
+
+
+def test_the_time_limit_stops_a_child_that_hangs(monkeypatch, tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(xla_plan.subprocess, "Popen", _popen_running(str(script)))
+    started = time.monotonic()
+    with pytest.raises(xla_plan.PlanError, match="ran past 1 s"):
+        xla_plan.run_child({}, timeout_s=1)
+    assert time.monotonic() - started < 10
+
+
+def test_the_memory_budget_stops_a_child_that_grows(monkeypatch, tmp_path):
+    script = tmp_path / "grow.py"
+    script.write_text("import time\nblock = bytearray(300 * 2**20)\ntime.sleep(60)\n")
+    monkeypatch.setattr(xla_plan.subprocess, "Popen", _popen_running(str(script)))
+    with pytest.raises(xla_plan.PlanError, match="memory budget of 0.1 GiB"):
+        xla_plan.run_child({}, timeout_s=30, max_rss_bytes=100 * MIB)
+
+
+def _popen_running(script: str):
+    import subprocess
+    import sys
+
+    real = subprocess.Popen
+
+    def popen(args, **kwargs):
+        return real([sys.executable, script], **kwargs)
+
+    return popen
+
+
+@pytest.mark.parametrize("fixed,per_sample,usable,start", [
+    (300 * MIB, 45 * MIB, 15 * 2**30, 100),  # the walk's guess above the answer
+    (300 * MIB, 45 * MIB, 15 * 2**30, 3),  # and far below it
+    (2 * 2**30, MIB, 2**30, 10),  # nothing fits
+    (10 * MIB, 7 * MIB + 12345, 80 * 2**30, 1),
+])
+def test_max_batch_compiles_b_that_fits_and_b_plus_one_that_does_not(fixed, per_sample, usable, start):
+    def needed(b):  # close to linear, with a layout wobble, as plans are
+        return fixed + per_sample * b + (b % 5) * 100_000
+
+    found = xla_plan.max_batch_xla(needed, usable, start)
+    brute = max((b for b in range(1, 20000) if needed(b) <= usable), default=0)
+    assert found.max_batch == brute
+    compiled = dict(found.compiled)
+    if brute:
+        assert compiled[brute] <= usable < compiled[brute + 1]
+    else:
+        assert compiled[1] > usable
+    assert found.compiles <= 12
+
+
+def test_cli_estimate_with_a_gpu_preset_prints_the_plan(monkeypatch, capsys):
+    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test"})
+    monkeypatch.setattr(xla_plan, "run_child", lambda request, **_: fake_analysis(request["config"]["batch_size"]))
+    assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "16", "--gpu", "t4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    raw = fake_analysis(16)
+    assert out["step"] == "xla" and out["target"] == "t4"
+    assert out["peak_bytes"] == raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
+    assert out["peak_bytes"] == sum(out["components"].values())
+    assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "16", "--gpu", "t4"]) == 0
+    assert "XLA's plan of the step Keras compiles on Tesla T4 16 GB, jit_compile=True" in capsys.readouterr().out
+
+
+def test_cli_max_batch_with_the_plan_says_how_many_plans_it_took(monkeypatch, capsys):
+    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test"})
+    monkeypatch.setattr(xla_plan, "run_child", lambda request, **_: fake_analysis(request["config"]["batch_size"]))
+    assert main(["max-batch", "--model", "MobileNetV2", "--image-size", "96", "--gpu", "t4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    t4 = GPU_PRESETS["t4"]
+    usable = t4.memory_bytes - t4.overhead_bytes
+    # fake_analysis: peak = 3000 + 64 b + 50,000 + 1,000,000 b + 8
+    assert out["max_batch_size"] == (usable - 53_008) // 1_000_064
+    assert out["step"] == "xla" and out["compiles"] == len(out["compiled"]) >= 2
+    sizes = {c["per_device_batch"]: c["fits"] for c in out["compiled"]}
+    assert sizes[out["max_batch_size"]] is True and sizes[out["max_batch_size"] + 1] is False
+
+
+def test_cli_falls_back_to_the_walk_with_one_line_when_no_plan_can_be_made(monkeypatch, capsys):
+    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: "the XLA plan needs jax (pip install -r requirements.txt)")
+    assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--gpu", "t4", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["step"] == "graph" and out["xla_unavailable"].startswith("the XLA plan needs jax")
+    assert captured.err.count("\n") == 1 and "showing the graph-executor walk instead" in captured.err
+    # A custom size names no card: the walk, and why.
+    assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--memory-gib", "12", "--step", "xla",
+                 "--json"]) == 0
+    assert "custom size" in json.loads(capsys.readouterr().out)["xla_unavailable"]
+
+
+def test_remat_asks_for_the_plan():
+    assert main(["estimate", "--model", "MobileNetV2", "--remat", "full"]) == 2
+
+
+# --- real compiles -----------------------------------------------------------------------
+
+
+def _measured(case: str) -> int:
+    return next(c["peak_bytes"] for c in load_measurements(GPU_TF_XLA_DATA)["cases"] if c["case"] == case)
+
+
+@needs_plan
+@pytest.mark.slow
+def test_resnet50_on_an_h100_is_within_5_percent_of_tensorflows_xla_step(capsys):
+    assert main(["estimate", "--model", "ResNet50", "--batch-size", "16", "--optimizer", "adam", "--gpu", "h100-80",
+                 "--step", "xla", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    measured = _measured("ResNet50-224x224x3-top1000 b16 adam float32")
+    assert out["peak_bytes"] == sum(out["components"].values())
+    assert abs(out["peak_bytes"] / measured - 1) <= 0.05
+
+
+@needs_plan
+@pytest.mark.slow
+def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
+    """The shipped plans are what this environment compiles: none is stale."""
+    shipped = xla_plan._shipped()
+    assert shipped, "no shipped plans"
+    spec = make_spec("MobileNetV3Small", 192, include_top=False)
+    config = TrainingConfig(batch_size=32, optimizer="adagrad", precision="mixed_bfloat16",
+                            train_mode="frozen_backbone", device="gpu")
+    request = xla_plan.plan_request(spec, config, xla_plan.target_for("h100-80"))
+    key = xla_plan.cache_key(request, xla_plan.plan_versions())
+    assert key in shipped
+    fresh = xla_plan.run_child(request)
+    assert {k: fresh[k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")} == \
+        {k: shipped[key][k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")}
+
+
+@needs_plan
+@pytest.mark.slow
+def test_a_real_plan_holds_the_state_and_grows_with_the_batch():
+    spec = make_spec("MobileNetV3Small", 64)
+    small, large = (xla_plan.compute_plan(spec, TrainingConfig(batch_size=b, optimizer="sgd", device="gpu"), "t4")
+                    for b in (2, 8))
+    for plan in (small, large):
+        assert plan.peak_bytes == sum(plan.components().values())
+        # SGD without momentum keeps no slot: the optimizer's state is its two scalars and the metrics'.
+        assert plan.optimizer_state_bytes < 1024
+        assert plan.input_batch_bytes == plan_batch_bytes(plan, spec)
+    assert small.weights_bytes == large.weights_bytes
+    assert large.temporaries_bytes > small.temporaries_bytes and large.peak_bytes > small.peak_bytes
+
+
+def plan_batch_bytes(plan, spec) -> int:
+    batch = plan.input_batch_bytes // (4 * (math.prod(spec.input_shape) + 1))
+    return batch * 4 * (math.prod(spec.input_shape) + 1)  # float32 images and int32 labels
+
+
+@needs_plan
+@pytest.mark.slow
+def test_full_rematerialisation_keeps_less_than_none():
+    spec = make_spec("MobileNetV2", 96)
+    config = TrainingConfig(batch_size=32, optimizer="sgd", device="gpu")
+    plain = xla_plan.compute_plan(spec, config, "t4")
+    remat = xla_plan.compute_plan(spec, config, "t4", "full")
+    assert remat.remat == "full" and remat.weights_bytes == plain.weights_bytes
+    assert remat.temporaries_bytes < plain.temporaries_bytes
+
+
+@needs_plan
+@pytest.mark.slow
+def test_every_compute_capability_compiles():
+    """One small step per distinct compute capability: each target is one XLA accepts."""
+    spec = make_spec("MobileNetV3Small", 32)
+    seen = {}
+    for key, target in xla_plan.gpu_targets().items():
+        if target.compute_capability in seen:
+            continue
+        plan = xla_plan.compute_plan(spec, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), key)
+        seen[target.compute_capability] = plan.peak_bytes
+        assert plan.peak_bytes == sum(plan.components().values()) and plan.temporaries_bytes > 0
+    assert len(seen) >= 8
