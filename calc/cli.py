@@ -83,6 +83,12 @@ def _add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", help=f"a preset: {', '.join(GPU_PRESETS)}")
     p.add_argument("--memory-gib", type=float, help="a custom card size in GiB")
     p.add_argument("--margin", type=float, default=0.0, help="safety margin, a fraction (0.1 = 10%%)")
+    p.add_argument("--step", choices=["xla", "graph"],
+                   help="which training step to predict: xla (XLA's own plan of the step Keras compiles on a GPU, "
+                        "jit_compile=True, computed without a GPU; the default with --gpu) or graph (the walk of "
+                        "TensorFlow's graph executor, jit_compile=False; the default otherwise)")
+    p.add_argument("--remat", choices=["none", "full", "activations", "larger_than"], default="none",
+                   help="keras.RematScope mode the model is built under (with --step xla)")
 
 
 LOCAL_FILE_LIMIT = 8 * 2**30  # your own file on your machine: the dashboard's 200 MiB is for strangers
@@ -249,14 +255,48 @@ def _own_model_note() -> list[str]:
             f"{record_sentence(record, OWN_MODEL_STEPS)} (calc/data/validation_custom_cpu.json)"]
 
 
+def _step(args: argparse.Namespace) -> str:
+    """``--step``, or what Keras runs by default: XLA on a GPU preset, else the graph executor."""
+    step = args.step or ("xla" if args.gpu else "graph")
+    if args.remat != "none" and step != "xla":
+        raise ValueError("--remat is answered by the XLA plan: add --step xla and --gpu PRESET.")
+    return step
+
+
+def _plan_spec(args: argparse.Namespace) -> ModelSpec | ModelFile:
+    import os
+
+    return ModelFile(os.path.abspath(args.file)) if args.file else _spec_and_config(args)[0]
+
+
+def _xla_plan_or_reason(args: argparse.Namespace, config: TrainingConfig, gpu: GpuPreset | None):
+    """(plan, None) or (None, one-line reason the walk is shown instead)."""
+    from calc.xla_plan import PlanError, compute_plan
+
+    if gpu is None:
+        return None, "the XLA plan compiles for a card: add --gpu PRESET"
+    try:
+        return compute_plan(_plan_spec(args), config, gpu.key, "" if args.remat == "none" else args.remat), None
+    except PlanError as exc:
+        return None, str(exc)
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     from calc.estimate import estimate_memory, fit_on_gpu, spread_caveats
 
     name, profile, config = _profile_and_config(args)
     gpu = _gpu(args)
+    step = _step(args)
+    if step == "xla":
+        plan, reason = _xla_plan_or_reason(args, config, gpu)
+        if plan is not None:
+            return _print_plan(args, name, config, gpu, plan)
+        print(f"calc: the XLA plan is unavailable ({reason}); showing the graph-executor walk instead",
+              file=sys.stderr)
     b = estimate_memory(profile, config)
     out: dict[str, Any] = {
         "model": name,
+        "step": "graph",
         "batch_size": config.batch_size,
         "per_device_batch": config.per_replica_batch,
         "optimizer": config.optimizer.value,
@@ -270,8 +310,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "unknown_layer_types": list(profile.unknown_layer_types),
         "caveats": spread_caveats(profile, config),
     }
+    if step == "xla":
+        out["xla_unavailable"] = reason
     lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
-             f"{config.train_mode.value}  on {config.device.value}"]
+             f"{config.train_mode.value}  on {config.device.value}  (graph executor, jit_compile=False)"]
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
     lines.append(f"  {'predicted peak':20s} {b.peak_bytes / GIB:10.3f} GiB  ({b.peak_bytes:,} bytes, at {b.peak_phase})")
     if gpu is not None:
@@ -287,6 +329,40 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         lines += [f"  note: {note}" for note in _own_model_note()]
     if profile.unknown_layer_types:
         lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
+    _print(out, args.json, lines)
+    return 0
+
+
+def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, plan) -> int:
+    usable = int(gpu.memory_bytes * (1.0 - args.margin))
+    needed = plan.peak_bytes + gpu.overhead_bytes
+    out: dict[str, Any] = {
+        "model": name,
+        "step": "xla",
+        "batch_size": config.batch_size,
+        "per_device_batch": config.per_replica_batch,
+        "optimizer": config.optimizer.value,
+        "precision": config.precision.value,
+        "train_mode": config.train_mode.value,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "remat": plan.remat or None,
+        "peak_bytes": plan.peak_bytes,
+        "components": plan.components(),
+        "target": plan.target,
+        "compile_seconds": plan.compile_seconds,
+        "versions": plan.versions,
+        "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes, "framework_overhead_bytes": gpu.overhead_bytes,
+        "fits": needed <= usable,
+    }
+    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
+             f"{config.train_mode.value}  (XLA's plan of the step Keras compiles on {gpu.name}, jit_compile=True"
+             f"{', RematScope ' + plan.remat if plan.remat else ''})"]
+    lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in plan.components().items()]
+    lines.append(f"  {'planned peak':20s} {plan.peak_bytes / GIB:10.3f} GiB  ({plan.peak_bytes:,} bytes; "
+                 f"{plan.versions}, XLA autotuning off)")
+    lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: "
+                 f"{'fits' if out['fits'] else 'does NOT fit'} ({needed / GIB:.2f} of {usable / GIB:.2f} GiB usable); "
+                 "`max-batch --step xla` finds the largest batch")
     _print(out, args.json, lines)
     return 0
 
@@ -341,9 +417,35 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
         raise ValueError("max-batch needs --gpu PRESET or --memory-gib N.")
     name, profile, config = _profile_and_config(args)
     fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
-    out = {"model": name, "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
+    out = {"model": name, "step": "graph", "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
            "framework_overhead_bytes": gpu.overhead_bytes, "safety_margin": args.margin, "max_batch_size": fit}
-    _print(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}): largest batch {fit}"])
+    if _step(args) == "xla":
+        from calc.xla_plan import PlanError, plan_max_batch
+
+        usable = int(gpu.memory_bytes * (1.0 - args.margin)) - gpu.overhead_bytes
+        try:
+            found = plan_max_batch(_plan_spec(args), config, gpu.key, usable, max(1, fit // config.num_gpus),
+                                   "" if args.remat == "none" else args.remat)
+        except PlanError as exc:
+            print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead",
+                  file=sys.stderr)
+            out["xla_unavailable"] = str(exc)
+        else:
+            best = found.max_batch * config.num_gpus
+            out.update(step="xla", max_batch_size=best, graph_max_batch_size=fit, compiles=found.compiles,
+                       compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= usable}
+                                 for b, n in found.compiled])
+            edge = (f"batch {found.max_batch} per device planned {dict(found.compiled).get(found.max_batch, 0) / GIB:.2f}"
+                    f" GiB and fits, {found.max_batch + 1} planned "
+                    f"{dict(found.compiled).get(found.max_batch + 1, 0) / GIB:.2f} GiB and does not"
+                    if found.max_batch else "not even batch 1 per device fits")
+            _print(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}), XLA's plan (jit_compile=True): "
+                                    f"largest batch {best}; {edge} ({usable / GIB:.2f} GiB usable after the "
+                                    f"framework overhead); {found.compiles} plans consulted "
+                                    f"(the graph-executor walk says {fit})"])
+            return 0
+    _print(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}), graph executor (jit_compile=False): "
+                            f"largest batch {fit}"])
     return 0
 
 
@@ -369,6 +471,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from calc.validation import (CPU_DATA, caveat_records, records_as_json, reproducibility_json, summarize,
                                  validate)
 
+    if args.step == "xla":
+        return _validate_plan(args)
     data = Path(args.data) if args.data else CPU_DATA
     if not data.is_file():
         raise ValueError(f"no validation data at {data}")
@@ -378,12 +482,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from calc.validation import report_path, save_report
 
         save_report(rows, report_path(data))
-    out = {
-        "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
-                   "relative_error": round(r.relative_error, 4), "measured_spread": r.spread} for r in rows],
-        "median_abs_error": s.median_abs, "p90_abs_error": s.p90_abs, "max_abs_error": s.max_abs,
-        "under_predicted": s.under_count, "worst_under_prediction": s.worst_under,
-    }
+    out = _rows_json(rows, s)
     lines = [f"{'case':72s} {'measured':>10s} {'predicted':>10s} {'error':>8s}"]
     lines += [f"{r.case:72s} {r.measured_bytes / 2**20:8.1f}Mi {r.predicted_bytes / 2**20:8.1f}Mi {r.relative_error * 100:+7.1f}%"
               for r in rows]
@@ -412,6 +511,41 @@ def cmd_validate(args: argparse.Namespace) -> int:
     out["seed_000_rule_median_abs_error"] = seed
     lines.append(f"for scale, seed 000's rule (neurons x batch + params) x 8 bytes on the same cases: "
                  f"median |error| {seed * 100:.0f}%")
+    _print(out, args.json, lines)
+    return 0
+
+
+def _rows_json(rows, s) -> dict[str, Any]:
+    """The cases and the summary of one validation, as ``--json`` prints them."""
+    return {
+        "cases": [{"case": r.case, "measured_bytes": r.measured_bytes, "predicted_bytes": r.predicted_bytes,
+                   "relative_error": round(r.relative_error, 4), "measured_spread": r.spread} for r in rows],
+        "median_abs_error": s.median_abs, "p90_abs_error": s.p90_abs, "max_abs_error": s.max_abs,
+        "under_predicted": s.under_count, "worst_under_prediction": s.worst_under,
+    }
+
+
+def _validate_plan(args: argparse.Namespace) -> int:
+    """XLA's plan against every XLA data file (or --data): the step Keras compiles on a GPU."""
+    from pathlib import Path
+
+    from calc.validation import XLA_DATA, XLA_TARGET, plan_report_path, save_report, summarize, validate_plan
+
+    paths = [Path(args.data)] if args.data else list(XLA_DATA)
+    lines, out = [], {"step": "xla", "target": XLA_TARGET, "files": []}
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"no validation data at {path}")
+        rows = validate_plan(path)
+        s = summarize(rows)
+        if args.save:
+            save_report(rows, plan_report_path(path))
+        lines.append(f"{path.name}: XLA's plan for {XLA_TARGET} (jit_compile=True, autotuning off) against what was measured")
+        lines += [f"  {r.case:72s} {r.measured_bytes / 2**20:8.1f}Mi {r.predicted_bytes / 2**20:8.1f}Mi "
+                  f"{r.relative_error * 100:+7.1f}%" for r in rows]
+        lines.append(f"  {s.cases} cases: median |error| {s.median_abs * 100:.1f}%, 90th percentile {s.p90_abs * 100:.1f}%, "
+                     f"max {s.max_abs * 100:.1f}%; under-predicted {s.under_count} cases, worst {s.worst_under * 100:+.1f}%")
+        out["files"].append({"data": path.name, **_rows_json(rows, s)})
     _print(out, args.json, lines)
     return 0
 
@@ -454,7 +588,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gpus)
     p = sub.add_parser("validate", help="estimate every measured case and print the error table")
-    p.add_argument("--data", help="a validation JSON file (default: the CPU set)")
+    p.add_argument("--data", help="a validation JSON file (default: the CPU set; with --step xla, every XLA file)")
+    p.add_argument("--step", choices=["graph", "xla"], default="graph",
+                   help="graph: the walk of TensorFlow's graph executor (default); xla: XLA's plan, on the H100 "
+                        "XLA measurements (TensorFlow's XLA step, JAX with autotuning off and on)")
     p.add_argument("--save", action="store_true",
                    help="write the report the dashboard reads (calc/data/validation_cpu_report.json; "
                         "for --data X.json, X_report.json beside it)")
@@ -469,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, ValueError, MeasurementError) as exc:
+    except (UsageError, ValueError, MeasurementError) as exc:  # calc.xla_plan.PlanError is a ValueError
         print(f"calc: error: {exc}".replace("\n", " "), file=sys.stderr)
         return 2
 

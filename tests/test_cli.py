@@ -67,7 +67,7 @@ def test_estimate_by_subprocess_bad_option_exit_code():
 @pytest.mark.slow
 def test_estimate_json_real_model():
     r = run("estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "8",
-            "--optimizer", "adamw", "--precision", "mixed_bfloat16", "--gpu", "t4", "--json")
+            "--optimizer", "adamw", "--precision", "mixed_bfloat16", "--gpu", "t4", "--step", "graph", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["peak_bytes"] == sum(out["components"].values())
@@ -208,7 +208,7 @@ def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
     own = record_sentence(overall_record(load_report(CUSTOM_REPORT)), OWN_MODEL_STEPS)
     assert f"note: your own model: the engine's rules were measured on Keras applications; {own}" in \
         capsys.readouterr().out
-    assert main(["max-batch", "--file", str(path), "--optimizer", "sgd", "--gpu", "t4", "--json"]) == 0
+    assert main(["max-batch", "--file", str(path), "--optimizer", "sgd", "--gpu", "t4", "--step", "graph", "--json"]) == 0
     t4 = GPU_PRESETS["t4"]
     assert json.loads(capsys.readouterr().out)["max_batch_size"] == max_batch_size(
         profile, TrainingConfig(batch_size=32, optimizer="sgd"), t4.memory_bytes, overhead_bytes=t4.overhead_bytes)
