@@ -1050,6 +1050,38 @@ def validate(path: Path = CPU_DATA, profile_for=None) -> list[ValidationRow]:
     return rows
 
 
+
+# The XLA data files the plan is scored on: TensorFlow's XLA step (jit_compile=True) and
+# Keras's JAX backend with XLA's autotuner off and on, all on an H100.
+XLA_DATA = (GPU_TF_XLA_DATA, GPU_JAX_DATA, DATA_DIR / "gpu_jax_h100.json")
+XLA_TARGET = "h100-80"
+
+
+def validate_plan(path: Path = GPU_TF_XLA_DATA, gpu_key: str = XLA_TARGET, plan_for=None) -> list[ValidationRow]:
+    """XLA's plan (``calc.xla_plan``) for every measured case of an XLA data file.
+
+    ``plan_for(spec, config, gpu_key)`` returns an ``XlaPlan`` (default: ``compute_plan``,
+    from the shipped plans or compiled once).
+    """
+    if plan_for is None:
+        from calc.xla_plan import compute_plan as plan_for
+    data = load_measurements(path)
+    rows = []
+    for case in data["cases"]:
+        if "peak_bytes" not in case:
+            continue
+        spec = spec_from_dict(case["spec"])
+        config = replace(config_from_dict(case["config"]), device=Device.GPU)
+        predicted = plan_for(spec, config, gpu_key).peak_bytes
+        rows.append(ValidationRow(case["case"], spec, config, case["peak_bytes"], case.get("spread", 0.0) or 0.0,
+                                  predicted, tuple(case.get("peaks_bytes", ()))))
+    return rows
+
+
+def plan_report_path(data: Path) -> Path:
+    """Where ``python -m calc validate --step xla --data DATA --save`` writes its report."""
+    return data.with_name(data.stem + "_plan_report.json")
+
 @dataclass(frozen=True)
 class ErrorSummary:
     cases: int
