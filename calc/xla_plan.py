@@ -12,7 +12,6 @@ that changes the plan. It imports neither JAX nor Keras.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import gzip
 import hashlib
@@ -347,6 +346,8 @@ COMPILES: list[str] = []  # cache keys compiled by this process, in order (tests
 
 def _machine_lock(timeout_s: float):
     """One compile at a time on this machine, across processes: an exclusive lock on a file."""
+    import fcntl  # POSIX only: imported here so that the rest of the module imports anywhere
+
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     f = open(folder / "compile.lock", "w")
@@ -415,6 +416,30 @@ def cached_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: st
     except (PlanError, OSError):
         return None
     return None if raw is None else plan_from_analysis(raw, target.key, remat)
+
+
+def known_peaks(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, batches: list[int],
+                remat: str = "", versions: dict[str, str] | None = None) -> dict[int, int]:
+    """Per-device batch -> planned peak bytes, for the batches whose plans are already known.
+
+    Never compiles. ``versions`` (``plan_versions()``, read once by the caller) saves reading
+    the packages' metadata for each of a curve's hundred batches.
+    """
+    from dataclasses import replace
+
+    versions = versions or plan_versions()
+    try:
+        target = target_for(gpu_key)
+    except PlanError:
+        return {}
+    if versions is None:
+        return {}
+    peaks = {}
+    for batch in sorted(set(batches)):
+        request = plan_request(spec, replace(config, batch_size=batch, num_gpus=1), target, remat)
+        if (raw := _read_cached(cache_key(request, versions))) is not None:
+            peaks[batch] = plan_from_analysis(raw, target.key, remat).peak_bytes
+    return peaks
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ COLORS = {
     "other": "#B279A2",
     "allocator": "#BAB0AC",
     "framework_overhead": "#9D755D",
+    "xla_temporaries": "#72B7B2",
+    "step_outputs": "#B279A2",
+    "outside_step": "#BAB0AC",
 }
 LABELS = {
     "weights": "Weights",
@@ -25,7 +28,11 @@ LABELS = {
     "other": "Optimizer update temporaries",
     "allocator": "Allocator chunks beyond tensor sizes (simulated)",
     "framework_overhead": "Framework overhead (CUDA context, libraries)",
+    "xla_temporaries": "XLA temporaries (activations, gradients, scratch)",
+    "step_outputs": "Step outputs",
+    "outside_step": "Outside the step",
 }
+PLAN_COLOR = "#F58518"
 
 
 def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]]) -> None:
@@ -57,20 +64,37 @@ def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, d
     return fig
 
 
-def curve_figure(batches, totals, capacity: int, usable: int, current: int, best: int, divisor: float, unit: str) -> go.Figure:
+def curve_figure(batches, totals, capacity: int, usable: int, current: int, best: int, divisor: float, unit: str,
+                 plan_points=(), best_from_plan: bool = False) -> go.Figure:
+    """The walk's curve as the line; ``plan_points`` ((batch, bytes) of compiled XLA plans) as markers.
+
+    With plan points the current batch (and the largest batch, when ``best_from_plan``)
+    are marked on the plans, else on the walk.
+    """
     fig = go.Figure()
-    fig.add_scatter(x=list(batches), y=[t / divisor for t in totals], mode="lines", name="predicted peak + overhead",
+    fig.add_scatter(x=list(batches), y=[t / divisor for t in totals], mode="lines",
+                    name="graph-executor walk (jit_compile=False)",
                     hovertemplate=f"batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>")
     lines = [(capacity / divisor, "dash", "black", "GPU memory", "top left")]
     if usable != capacity:
         lines.append((usable / divisor, "dot", "gray", "with safety margin", "bottom right"))
     _hlines(fig, lines)
     lookup = dict(zip(batches, totals))
+    plans = dict(plan_points)
+    if plans:
+        fig.add_scatter(x=list(plans), y=[t / divisor for t in plans.values()], mode="markers",
+                        name="XLA plan (compiled)", marker=dict(size=9, symbol="circle-open", color=PLAN_COLOR,
+                                                                line=dict(width=2)),
+                        hovertemplate=f"XLA plan, batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>")
+        lookup_best = plans if best_from_plan else lookup
+        lookup = {**lookup, **plans}
+    else:
+        lookup_best = lookup
     if current in lookup:
         fig.add_scatter(x=[current], y=[lookup[current] / divisor], mode="markers", name=f"batch {current}",
                         marker=dict(size=12, color="#E45756"))
-    if best and best in lookup:
-        fig.add_scatter(x=[best], y=[lookup[best] / divisor], mode="markers", name=f"largest that fits: {best}",
+    if best and best in lookup_best:
+        fig.add_scatter(x=[best], y=[lookup_best[best] / divisor], mode="markers", name=f"largest that fits: {best}",
                         marker=dict(size=12, symbol="diamond", color="#54A24B"))
     # The curve grows to thousands of samples; the part that matters is where it meets
     # the card, so the y axis ends a little above the card (or the current batch).

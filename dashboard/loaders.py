@@ -118,8 +118,37 @@ def slice_line(summary: dict, what: str) -> str:
             f"{-summary['worst_under_prediction']:.1%}.")
 
 
-def xla_line() -> str:
-    """What the estimate models, and how far measured GPU steps were from it, with and without XLA."""
+@st.cache_data(show_spinner=False)
+def load_plan_report() -> dict:
+    """The report of XLA's plan against TensorFlow's XLA step on an H100; OSError until it is saved."""
+    from calc.validation import GPU_TF_XLA_DATA, load_report, plan_report_path
+
+    return load_report(plan_report_path(GPU_TF_XLA_DATA))
+
+
+def plan_report_summary() -> dict | None:
+    try:
+        return load_plan_report()["summary"]
+    except (ImportError, OSError, ValueError, KeyError):
+        return None
+
+
+def xla_line(step: str = "graph") -> str:
+    """What the shown numbers model, and how far measured GPU steps were from them.
+
+    ``step``: "graph", the graph-executor walk is shown; "xla", XLA's plan is.
+    """
+    if step == "xla":
+        head = ("This is XLA's own memory plan of the compiled step (`jit_compile=True`, Keras 3's default on a "
+                "GPU): Keras's `train_step` compiled with XLA for this card, without a GPU, and the buffers XLA "
+                "assigns it read from the compiled program")
+        try:
+            plan = plan_report_summary() or {}
+            return (f"{head}. Measured with TensorFlow's XLA step on an H100: on {plan['cases']} steps the plan was "
+                    f"off by a median {plan['median_abs_error']:.1%}, from {plan['worst_under_prediction']:+.1%} to "
+                    f"{plan['worst_over_prediction']:+.1%}.")
+        except (KeyError, TypeError, ValueError):
+            return f"{head}. No measured report scores the plan yet; the Validation page lists the XLA steps measured."
     head = ("This predicts the step on TensorFlow's graph executor, `model.compile(..., jit_compile=False)`. "
             "On a GPU, Keras 3's default `jit_compile=\"auto\"` compiles the step with XLA, which fuses "
             "elementwise chains and plans its own buffers")
@@ -132,4 +161,5 @@ def xla_line() -> str:
             f"{executor['worst_under_prediction']:+.0%} to {executor['worst_over_prediction']:+.0%}; on "
             f"{xla['cases']} steps with XLA by a median {xla['median_abs_error']:.0%}, from "
             f"{xla['worst_under_prediction']:+.0%} to {xla['worst_over_prediction']:+.0%}. "
-            "Pass `jit_compile=False` to get the step predicted here.")
+            "Pass `jit_compile=False` to get the step predicted here; the sidebar's XLA step shows XLA's own plan "
+            "where one applies (a Keras application, GPU kernels, a GPU preset).")

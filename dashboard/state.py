@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
 from calc.types import Device, Optimizer, Precision, TrainMode
+from calc.xla_plan import REMAT_MODES
 
 MAX_BATCH = 65536
 MAX_QUERY_VALUE_CHARS = 64
@@ -38,6 +39,8 @@ class Inputs:
     num_gpus: int = 1
     margin: int = 5  # percent
     unit: str = "GiB"
+    step: str = "xla"  # "xla": the compiled step (Keras's default on a GPU); "graph": jit_compile=False
+    remat: str = "none"  # keras.RematScope mode of the XLA step (calc.xla_plan.REMAT_MODES)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -52,6 +55,8 @@ GPUS = [*GPU_PRESETS, "custom"]
 UNITS = ["GiB", "GB"]
 SOURCES = ["catalogue", "upload", "summary"]
 MODELS = list(CATALOGUE)
+STEPS = ["xla", "graph"]
+REMATS = ["none", *REMAT_MODES]
 
 
 def _int(name: str, text: str, low: int, high: int) -> int:
@@ -91,6 +96,8 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         "num_gpus": lambda t: _int("num_gpus", t, 1, 1024),
         "margin": lambda t: _int("margin", t, 0, 90),
         "unit": lambda t: _choice("unit", t, UNITS),
+        "step": lambda t: _choice("step", t, STEPS),
+        "remat": lambda t: _choice("remat", t, REMATS),
     }
     for key, raw in params.items():
         if key not in parsers:

@@ -19,6 +19,7 @@ from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import (CAVEAT_STEPS, NO_CAVEAT, OWN_MODEL_STEPS, CaveatRecord, caveat_record, gpu_record_sentence,
                              record_sentence)
+from calc.xla_plan import XlaPlan
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -139,7 +140,126 @@ def fmt(nbytes: float, inputs: Inputs, digits: int = 2) -> str:
     return f"{nbytes / unit_divisor(inputs):,.{digits}f} {inputs.unit}"
 
 
-def verdict(view: EstimateView, inputs: Inputs) -> str:
+# --- which step is shown: the graph-executor walk, or XLA's compiled plan ------------------
+
+
+def xla_reason(inputs: Inputs) -> str | None:
+    """Why XLA's plan does not apply to these inputs (one line, for ``step="xla"``), or None.
+
+    The plan is compiled for a GPU preset's card (``calc.xla_plan.target_for``), of a
+    catalogue model; a file, a pasted summary, CPU kernels or a custom size get the walk.
+    """
+    walk = "this shows the graph-executor walk (jit_compile=False)"
+    if inputs.source != "catalogue":
+        return f"The XLA plan compiles a catalogue model for a GPU preset, not a file or a pasted summary; {walk}."
+    if inputs.device != "gpu":
+        return f"The XLA plan is of a GPU's step; with CPU kernels {walk}."
+    if inputs.gpu == "custom":
+        return f"The XLA plan compiles for a GPU preset's card, and a custom size names none; {walk}."
+    return None
+
+
+def remat_mode(inputs: Inputs) -> str:
+    """The ``keras.RematScope`` mode to plan ("" for none)."""
+    return "" if inputs.remat == "none" else inputs.remat
+
+
+@dataclass(frozen=True)
+class ShownStep:
+    """The numbers the Estimator shows: of the walk, or of XLA's plan where one is known."""
+
+    step: str  # "graph": the graph-executor walk; "xla": XLA's compiled plan
+    peak_label: str
+    components: dict[str, int]  # sum to peak_bytes
+    peak_bytes: int
+    overhead_bytes: int
+    capacity_bytes: int
+    usable_bytes: int
+    max_batch: int  # global
+    max_batch_label: str
+    # (global batch, plan peak + overhead) of every plan known for this model and setup.
+    plan_points: tuple[tuple[int, int], ...] = ()
+    max_batch_from_plan: bool = False
+    remat_saving_bytes: int | None = None  # the plan without remat less the plan with it
+
+    @property
+    def needed_bytes(self) -> int:
+        return self.peak_bytes + self.overhead_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.usable_bytes
+
+    @property
+    def headroom_fraction(self) -> float:
+        return (self.usable_bytes - self.needed_bytes) / self.usable_bytes
+
+
+def shown_walk(view: EstimateView) -> ShownStep:
+    """The walk's numbers (the graph executor chosen, or no plan known)."""
+    return ShownStep(
+        step="graph", peak_label="Predicted peak (graph executor)", components=view.breakdown.components(),
+        peak_bytes=view.breakdown.peak_bytes, overhead_bytes=view.overhead_bytes, capacity_bytes=view.capacity_bytes,
+        usable_bytes=view.usable_bytes, max_batch=view.max_batch,
+        max_batch_label="Largest batch that fits (graph-executor walk)",
+    )
+
+
+def plan_budget_bytes(view: EstimateView) -> int:
+    """What one device's plan may take: the usable memory less the framework overhead."""
+    return view.usable_bytes - view.overhead_bytes
+
+
+def shown_plan(view: EstimateView, inputs: Inputs, plan: XlaPlan, *, plan_peaks: dict[int, int],
+               max_batch: int | None, base_peak_bytes: int | None) -> ShownStep:
+    """XLA's plan in place of the walk: needed = plan peak + overhead, against memory x (1 - margin).
+
+    ``plan_peaks``: one-device batch -> plan peak of every plan known (the current one too);
+    ``max_batch``: one-device batch from a search over compiled plans, or None (then the walk's
+    answer is shown, labelled as the walk's); ``base_peak_bytes``: the plan without remat.
+    """
+    gpus = inputs.num_gpus
+    remat = remat_mode(inputs)
+    label = "Planned peak (XLA" + (f", remat {remat})" if remat else ")")
+    from_plan = max_batch is not None
+    return ShownStep(
+        step="xla", peak_label=label, components=plan.components(), peak_bytes=plan.peak_bytes,
+        overhead_bytes=view.overhead_bytes, capacity_bytes=view.capacity_bytes, usable_bytes=view.usable_bytes,
+        max_batch=max_batch * gpus if from_plan else view.max_batch,
+        max_batch_label="Largest batch that fits (" + ("XLA plans, compiled)" if from_plan else "graph-executor walk)"),
+        plan_points=tuple((b * gpus, p + view.overhead_bytes) for b, p in sorted(plan_peaks.items())),
+        max_batch_from_plan=from_plan,
+        remat_saving_bytes=None if base_peak_bytes is None or not remat else base_peak_bytes - plan.peak_bytes,
+    )
+
+
+def remat_delta(shown: ShownStep, inputs: Inputs) -> str | None:
+    """The peak metric's delta: what remat changes against the plan without it (negative saves)."""
+    if shown.remat_saving_bytes is None:
+        return None
+    return f"{-shown.remat_saving_bytes / unit_divisor(inputs):+,.2f} {inputs.unit} against no remat"
+
+
+def remat_line(shown: ShownStep, inputs: Inputs) -> str | None:
+    """Remat's saving, from the two plans (with and without it); None until both are known."""
+    if shown.remat_saving_bytes is None:
+        return None
+    without = shown.peak_bytes + shown.remat_saving_bytes
+    return (f"Remat {inputs.remat}: XLA plans {fmt(shown.peak_bytes, inputs)} with it against {fmt(without, inputs)} "
+            f"without, {fmt(shown.remat_saving_bytes, inputs)} ({shown.remat_saving_bytes / without:.1%}) less.")
+
+
+def curve_caption(shown: ShownStep) -> str:
+    line = ("The line is the graph-executor walk (jit_compile=False): its peak at each drawn batch size, plus the "
+            "framework overhead.")
+    if shown.step == "xla":
+        line += (f" The markers are XLA plans already compiled for this model and setup ({len(shown.plan_points)} "
+                 "batch sizes: this one, any cached, and those of a largest-batch search), plus the overhead; XLA "
+                 "is not drawn between them, each point being one compile.")
+    return line
+
+
+def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
     if view.fits:
         return (f"Fits: {fmt(view.needed_bytes, inputs)} of {fmt(view.usable_bytes, inputs)} usable "
                 f"({view.headroom_fraction:.0%} headroom).")
@@ -147,11 +267,12 @@ def verdict(view: EstimateView, inputs: Inputs) -> str:
             f"{fmt(view.needed_bytes - view.usable_bytes, inputs)} more than the {fmt(view.usable_bytes, inputs)} usable.")
 
 
-def breakdown_table(view: EstimateView) -> list[dict[str, object]]:
-    rows = [{"component": k, "bytes": v} for k, v in view.breakdown.components().items()]
-    rows.append({"component": "predicted allocator peak", "bytes": view.breakdown.peak_bytes})
-    rows.append({"component": "framework overhead (not in the peak)", "bytes": view.overhead_bytes})
-    rows.append({"component": "needed on the GPU", "bytes": view.needed_bytes})
+def breakdown_table(shown: ShownStep) -> list[dict[str, object]]:
+    rows = [{"component": k, "bytes": v} for k, v in shown.components.items()]
+    peak = "XLA's planned peak" if shown.step == "xla" else "predicted allocator peak"
+    rows.append({"component": peak, "bytes": shown.peak_bytes})
+    rows.append({"component": "framework overhead (not in the peak)", "bytes": shown.overhead_bytes})
+    rows.append({"component": "needed on the GPU", "bytes": shown.needed_bytes})
     return rows
 
 

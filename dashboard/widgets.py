@@ -15,7 +15,9 @@ from dashboard.state import (
     MODELS,
     OPTIMIZERS,
     PRECISIONS,
+    REMATS,
     SOURCES,
+    STEPS,
     TRAIN_MODES,
     UNITS,
     Inputs,
@@ -25,6 +27,9 @@ from dashboard.state import (
 SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "sigmoid", "tanh", "hard_silu"]
 DEVICE_LABELS = {"gpu": "GPU", "cpu": "CPU", "cpu_fp16": "CPU (AVX512-FP16)"}
 MODE_LABELS = {"all": "everything", "frozen_backbone": "frozen backbone + new head", "last_n": "last N layers"}
+STEP_LABELS = {"xla": "XLA (Keras's default on a GPU, jit_compile=True)", "graph": "Graph executor (jit_compile=False)"}
+REMAT_LABELS = {"none": "none", "full": "full (every layer)", "activations": "activations (activation layers)",
+                "larger_than": "larger_than (large outputs)"}
 
 
 def sidebar_inputs() -> Inputs:
@@ -73,6 +78,14 @@ def sidebar_inputs() -> Inputs:
                   "validation set was measured; under mixed_float16 and for grouped convolutions they hold "
                   "buffers a GPU does not. CPU (AVX512-FP16): a CPU where oneDNN runs float16 itself "
                   "(Sapphire Rapids and later), without the float16 buffers")
+    sb.radio("Training step", STEPS, format_func=STEP_LABELS.get, key="step",
+             help="XLA: the step compiled by XLA, as Keras 3 runs it on a GPU by default; shown as XLA's own "
+                  "memory plan (compiled here, without a GPU, for the chosen card). Graph executor: "
+                  "model.compile(..., jit_compile=False), predicted by walking TensorFlow's graph executor")
+    if st.session_state["step"] == "xla":
+        sb.selectbox("Rematerialisation (keras.RematScope)", REMATS, format_func=REMAT_LABELS.get, key="remat",
+                     help="Recompute activations in the backward pass instead of keeping them: less memory, "
+                          "more compute. XLA's plan with and without it shows the saving")
     sb.selectbox("What is trained", TRAIN_MODES, format_func=MODE_LABELS.get, key="train_mode")
     if st.session_state["train_mode"] == "last_n":
         sb.number_input("N (last layers trained)", min_value=1, max_value=10000, key="last_n")

@@ -17,7 +17,9 @@ models = st.multiselect("Models", MODELS, default=[inputs.model, "EfficientNetB0
 gpu_keys = st.multiselect("GPUs", list(GPU_PRESETS), default=["t4", "a10", "a100-40", "h100-80"],
                           format_func=lambda k: GPU_PRESETS[k].name, key="compare_gpus")
 st.caption(f"Same training setup as the sidebar: image {inputs.image_size}px, {inputs.optimizer}, {inputs.precision}, "
-           f"{inputs.device.upper()} kernels, {inputs.train_mode}, safety margin {inputs.margin}%.")
+           f"{inputs.device.upper()} kernels, {inputs.train_mode}, safety margin {inputs.margin}%. Every number is "
+           "the graph-executor walk (`jit_compile=False`); the Estimator shows XLA's plan of the compiled step, "
+           "one model and card at a time.")
 profiles = {}
 for name in models:
     try:

@@ -8,6 +8,7 @@ from dashboard.loaders import accuracy_line, caveat_records, own_model_record, x
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
+from dashboard.xla_step import show_xla_notes, xla_state
 
 ensure_routed()
 st.title("How much GPU memory will this training step take?")
@@ -18,30 +19,41 @@ try:
 except ValueError as exc:
     st.error(str(exc))
     st.stop()
+xla = xla_state(inputs, view)  # known plans now; missing ones compile in the background
+shown = xla.shown(view, inputs)
 
 c1, c2, c3 = st.columns(3)
-c1.metric("Predicted peak (allocator)", views.fmt(view.breakdown.peak_bytes, inputs))
-c2.metric(f"{gpu.name}", views.fmt(view.capacity_bytes, inputs))
-c3.metric("Largest batch that fits", f"{view.max_batch:,}")
-(st.success if view.fits else st.error)(views.verdict(view, inputs))
-st.caption(accuracy_line())
-st.caption(xla_line())
-for note in views.caveat_notes(view, inputs, caveat_records(), caveat_records("gpu")):
-    st.warning(note)
-if (own := views.own_model_note(inputs, own_model_record())) is not None:
-    st.warning(own)
-if view.unknown_layer_types:
-    st.warning("Layer types without a rule, counted as keeping input and output: " + ", ".join(view.unknown_layer_types))
+c1.metric(shown.peak_label, views.fmt(shown.peak_bytes, inputs), delta=views.remat_delta(shown, inputs),
+          delta_color="inverse")
+c2.metric(f"{gpu.name}", views.fmt(shown.capacity_bytes, inputs))
+c3.metric(shown.max_batch_label, f"{shown.max_batch:,}")
+(st.success if shown.fits else st.error)(views.verdict(shown, inputs))
+show_xla_notes(xla)
+if (remat := views.remat_line(shown, inputs)) is not None:
+    st.caption(remat)
+if shown.step == "graph":
+    st.caption(accuracy_line())
+st.caption(xla_line(shown.step))
+if shown.step == "graph":  # the walk's caveats: TensorFlow's allocator and executor, not XLA's plan
+    for note in views.caveat_notes(view, inputs, caveat_records(), caveat_records("gpu")):
+        st.warning(note)
+    if (own := views.own_model_note(inputs, own_model_record())) is not None:
+        st.warning(own)
+    if view.unknown_layer_types:
+        st.warning("Layer types without a rule, counted as keeping input and output: "
+                   + ", ".join(view.unknown_layer_types))
 
 divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)
-left.plotly_chart(figures.breakdown_figure(view.breakdown.components(), view.overhead_bytes, view.capacity_bytes,
+left.plotly_chart(figures.breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes,
                                            divisor, inputs.unit), key="breakdown_chart")
 right.plotly_chart(figures.curve_figure(view.curve_batches, view.curve_bytes, view.capacity_bytes, view.usable_bytes,
-                                        inputs.batch_size, view.max_batch, divisor, inputs.unit), key="curve_chart")
-table = pd.DataFrame(views.breakdown_table(view))
+                                        inputs.batch_size, shown.max_batch, divisor, inputs.unit, shown.plan_points,
+                                        shown.max_batch_from_plan), key="curve_chart")
+right.caption(views.curve_caption(shown))
+table = pd.DataFrame(views.breakdown_table(shown))
 st.dataframe(table, hide_index=True)
 d1, d2 = st.columns(2)
 d1.download_button("Breakdown as CSV", table.to_csv(index=False), "breakdown.csv", "text/csv", key="dl_breakdown_csv")
-d2.download_button("Breakdown as JSON", json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(view)}),
+d2.download_button("Breakdown as JSON", json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(shown)}),
                    "breakdown.json", "application/json", key="dl_breakdown_json")

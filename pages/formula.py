@@ -10,6 +10,9 @@ from dashboard.widgets import gpu_of
 ensure_routed()
 st.title("The formula, with your numbers")
 inputs, profile = inputs_and_profile()
+st.caption("Every number on this page is the graph-executor walk: the step as `model.compile(..., jit_compile=False)` "
+           "runs it. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is planned by XLA itself; the "
+           "Estimator shows that plan.")
 gpu = gpu_of(inputs)
 n = views.formula_numbers(profile, inputs, gpu, views.measured_for(inputs))
 b = n.breakdown

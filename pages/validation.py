@@ -2,8 +2,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
-from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, load_validation, noise_line,
-                               slice_line)
+from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, load_plan_report, load_validation,
+                               noise_line, slice_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
@@ -11,6 +11,10 @@ from dashboard.routes import ensure_routed
 ensure_routed()
 st.title("How accurate is it? Predicted versus measured")
 inputs, profile = inputs_and_profile()
+st.caption("Which step each table describes: the CPU set and your own models measure TensorFlow's graph executor "
+           "(`jit_compile=False`) against the graph-executor walk; on the H100, the graph-executor slice does the "
+           "same, and the XLA slice (`jit_compile=True`) is scored against the walk and, where its report exists, "
+           "against XLA's own plan (`calc.xla_plan`).")
 st.caption(accuracy_line())
 st.caption(noise_line())
 try:
@@ -61,6 +65,14 @@ for what, gpu_report in zip(("Graph executor, jit_compile=False (the step predic
     st.markdown(slice_line(gpu_report["summary"], what))
     st.dataframe(pd.DataFrame(gpu_report["cases"])[["case", "measured_bytes", "predicted_bytes", "relative_error"]],
                  hide_index=True, column_config={"relative_error": percent})
+try:
+    plan_report = load_plan_report()
+    st.markdown(slice_line(plan_report["summary"], "XLA, jit_compile=True, against XLA's own plan (the Estimator's XLA step)"))
+    st.dataframe(pd.DataFrame(plan_report["cases"])[["case", "measured_bytes", "predicted_bytes", "relative_error"]],
+                 hide_index=True, column_config={"relative_error": percent})
+except (ImportError, OSError, ValueError, KeyError):
+    st.caption("XLA's own plan is not scored here yet: no report of it against the XLA slice "
+               "(python -m calc validate --step xla --save).")
 
 st.subheader("Measure this configuration now")
 allowed, why = measure_now_allowed(profile, inputs)

@@ -32,6 +32,25 @@ def _clear_caches():
     st.cache_resource.clear()
 
 
+@pytest.fixture(autouse=True)
+def _own_xla_plans(tmp_path, monkeypatch):
+    """Plans come only from what a test puts in its own plan cache: none shipped, none from
+    other runs, and the XLA packages' versions fixed so no test depends on what is installed.
+    CALC_XLA_COMPILES is off for every test (tests/conftest.py)."""
+    from calc import xla_plan
+    from dashboard import xla_jobs
+
+    monkeypatch.setattr(xla_plan, "cache_dir", lambda: tmp_path / "xla-plans")
+    monkeypatch.setattr(xla_plan, "_shipped", lambda: {})
+    monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test", "keras": "test"})
+    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
+    xla_jobs._plan_versions.cache_clear()
+    xla_jobs.JOBS.clear()
+    yield
+    xla_jobs.JOBS.clear()
+    xla_jobs._plan_versions.cache_clear()
+
+
 def app(params=None, page=None):
     at = AppTest.from_file(APP, default_timeout=300)
     for k, v in (params or SMALL).items():
@@ -122,6 +141,7 @@ def test_url_round_trip():
         {"batch_size": "0"}, {"batch_size": "-3"}, {"batch_size": "2.5"}, {"batch_size": "abc"},
         {"batch_size": "1000000000000"}, {"model": "NotANet"}, {"optimizer": "sgdx"}, {"precision": "fp8"},
         {"gpu": "a9000"}, {"image_size": "100000"}, {"margin": "nan"}, {"gpu_memory_gib": "inf"},
+        {"step": "jit"}, {"remat": "bogus"},
     ],
 )
 def test_bad_query_values_warn_and_fall_back(params):
@@ -472,3 +492,250 @@ def test_frozen_backbone_estimates_carry_their_measured_record():
     # Training the last N layers runs the rest in inference too (EfficientNetB2's last 40: -12 %).
     last_n = app({**SMALL, "train_mode": "last_n", "last_n": "20"})
     assert any("last N layers" in w.value and record in w.value for w in last_n.warning)
+
+
+# --- the XLA step: XLA's plan where one is known, the walk otherwise ------------------------
+
+GIB = 2**30
+
+
+def small_step(**fields):
+    """The spec and engine config of what the dashboard shows for SMALL (plus query fields)."""
+    from dashboard.loaders import spec_for
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+
+    inputs, warnings = parse_query({**SMALL, **fields})
+    assert not warnings
+    return spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone"), config_of(inputs)
+
+
+def plan_analysis(batch, *, per_sample=50 * 2**20, fixed_temp=300 * 2**20, state=40 * 2**20):
+    """A child's answer shaped like XLA's (calc.xla_plan.plan_from_analysis): the state donated."""
+    x = 96 * 96 * 3 * 4 * batch
+    return {"argument_bytes": state + x, "output_bytes": state + 8, "alias_bytes": state,
+            "temp_bytes": fixed_temp + per_sample * batch, "trainable_bytes": state // 4,
+            "non_trainable_bytes": state // 4, "optimizer_bytes": state // 2 - 4, "metrics_bytes": 4, "batch_bytes": x,
+            "build_seconds": 1.0, "compile_seconds": 2.0, "jax": "test", "keras": "test"}
+
+
+def put_plan(raw, remat="", **fields):
+    """Puts a plan in the (test's own) plan cache, through calc.xla_plan's own path; returns it."""
+    from calc import xla_plan
+
+    spec, config = small_step(**fields)
+    plan = xla_plan.compute_plan(spec, config, "t4", remat, runner=lambda request: raw)
+    assert plan.peak_bytes == raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
+    return plan
+
+
+def bar_chart(at):
+    return next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                if f["layout"].get("barmode") == "stack")
+
+
+def curve_chart(at):
+    return next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "batch size")
+
+
+def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
+    from dashboard.figures import LABELS
+    from dashboard.views import fmt
+
+    gpu = GPU_PRESETS["t4"]
+    plan = put_plan(plan_analysis(16, fixed_temp=20 * GIB))  # more than a T4: the walk says it fits
+    other = put_plan(plan_analysis(8, fixed_temp=20 * GIB), batch_size="8")  # a cached plan at another batch
+    at = app()
+    assert metric(at, "Planned peak (XLA)") == fmt(plan.peak_bytes, Inputs())
+    assert not [m for m in at.metric if m.label.startswith("Predicted peak")]
+    needed, usable = plan.peak_bytes + gpu.overhead_bytes, int(gpu.memory_bytes * 0.95)
+    assert needed > usable and at.error and at.error[0].value.startswith("Does not fit")
+    assert f"needs {fmt(needed, Inputs())}" in at.error[0].value
+    # The largest batch is the walk's until compiles search it, and says so.
+    _, _, _, best = engine_max_batch()
+    assert metric(at, "Largest batch that fits (graph-executor walk)") == f"{best:,}"
+    bars = bar_chart(at)
+    assert {t["name"] for t in bars["data"]} >= {LABELS[k] for k in plan.components()}
+    assert LABELS["xla_temporaries"] == "XLA temporaries (activations, gradients, scratch)"
+    assert abs(sum(t["y"][0] for t in bars["data"]) - needed / GIB) < 1e-9
+    curve = curve_chart(at)
+    assert curve["data"][0]["name"] == "graph-executor walk (jit_compile=False)"
+    points = next(t for t in curve["data"] if t["name"] == "XLA plan (compiled)")
+    expected = {8: (other.peak_bytes + gpu.overhead_bytes) / GIB, 16: needed / GIB}
+    assert dict(zip(points["x"], points["y"])) == pytest.approx(expected)
+    assert any("XLA's own memory plan" in c.value and "jit_compile=True" in c.value for c in at.caption)
+    assert any("markers are XLA plans" in c.value for c in at.caption)
+    # The walk's caveats and accuracy describe the graph executor: not shown beside the plan.
+    assert not any(c.value.startswith("Accuracy on") for c in at.caption)
+
+
+def test_step_graph_shows_the_walk_even_where_a_plan_is_known():
+    from dashboard.views import fmt
+
+    put_plan(plan_analysis(16))
+    at = app({**SMALL, "step": "graph"})
+    profile, config, _, best = engine_max_batch()
+    assert metric(at, "Predicted peak (graph executor)") == fmt(estimate_memory(profile, config).peak_bytes, Inputs())
+    assert metric(at, "Largest batch") == f"{best:,}"
+    assert not [m for m in at.metric if m.label.startswith("Planned")]
+    assert not [s for s in at.selectbox if s.key == "remat"]  # remat is the XLA step's
+    assert not [t for t in curve_chart(at)["data"] if t["name"] == "XLA plan (compiled)"]
+    assert at.radio(key="step").value == "graph"
+    at.radio(key="step").set_value("xla").run()
+    assert metric(at, "Planned peak (XLA)") and at.selectbox(key="remat").value == "none"
+
+
+def test_remat_shows_its_saving_against_the_plan_without_it():
+    from dashboard.views import fmt
+
+    base = put_plan(plan_analysis(16))
+    remat = put_plan(plan_analysis(16, per_sample=20 * 2**20), "full")
+    at = app({**SMALL, "remat": "full"})
+    shown = next(m for m in at.metric if m.label == "Planned peak (XLA, remat full)")
+    assert shown.value == fmt(remat.peak_bytes, Inputs())
+    saving = base.peak_bytes - remat.peak_bytes
+    assert shown.delta == f"{-saving / GIB:+,.2f} GiB against no remat"
+    assert any(f"{fmt(saving, Inputs())} ({saving / base.peak_bytes:.1%}) less" in c.value for c in at.caption)
+
+
+def test_bad_remat_in_the_link_falls_back_to_none():
+    at = app({**SMALL, "remat": "bogus"})
+    assert any(w.value == "Ignored remat='bogus' from the link: using 'none'." for w in at.warning)
+    assert at.selectbox(key="remat").value == "none"
+
+
+@pytest.mark.parametrize("params, why", [
+    ({"source": "summary"}, "catalogue model for a GPU preset"),
+    ({"device": "cpu"}, "with CPU kernels"),
+    ({"gpu": "custom", "gpu_memory_gib": "16"}, "a custom size names none"),
+])
+def test_where_no_plan_applies_the_walk_is_shown_with_one_line_why(params, why):
+    put_plan(plan_analysis(16))
+    at = app({**SMALL, **params})
+    if params.get("source") == "summary":
+        from tests.test_summary_text import KERAS2
+
+        at.text_area(key="summary_text").input(KERAS2).run()
+    assert not at.exception
+    assert any(why in i.value and "graph-executor walk" in i.value for i in at.info)
+    assert metric(at, "Predicted peak (graph executor)")
+
+
+def test_with_compiles_off_no_compile_starts_and_the_page_says_so():
+    from dashboard import xla_jobs
+
+    at = app()
+    assert any("CALC_XLA_COMPILES=off" in i.value for i in at.info)
+    assert xla_jobs.JOBS.unfinished() == 0 and not [b for b in at.button if b.key == "xla_max_batch"]
+    assert metric(at, "Predicted peak (graph executor)")
+
+
+def _wait_for_jobs(timeout_s=60.0):
+    import time
+
+    from dashboard import xla_jobs
+
+    deadline = time.monotonic() + timeout_s
+    while xla_jobs.JOBS.unfinished() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not xla_jobs.JOBS.unfinished()
+
+
+def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeypatch):
+    import threading
+
+    from calc import xla_plan
+    from dashboard.views import fmt
+
+    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
+    release, calls, returned = threading.Event(), [], []
+
+    def slow_child(request, **kwargs):
+        calls.append(request)
+        release.wait(120)  # a compile that ends only when the test says so
+        returned.append(True)
+        return plan_analysis(request["config"]["batch_size"])
+
+    monkeypatch.setattr(xla_plan, "run_child", slow_child)
+    try:
+        at = app()
+        assert not returned  # the page ran to its end while the compile went on
+        progress = [i.value for i in at.info if "MobileNetV2 96x96, batch 16 for Tesla T4" in i.value]
+        assert progress and (progress[0].startswith("Compiling") or progress[0].startswith("Queued"))
+        assert metric(at, "Predicted peak (graph executor)")  # the walk meanwhile
+    finally:
+        release.set()
+        _wait_for_jobs()
+    assert len(calls) == 1 and calls[0]["target"] == "t4" and calls[0]["remat"] is None
+    at.run()
+    assert not at.exception
+    expected = xla_plan.plan_from_analysis(plan_analysis(16), "t4").peak_bytes
+    assert metric(at, "Planned peak (XLA)") == fmt(expected, Inputs())
+    assert not any("MobileNetV2 96x96" in i.value for i in at.info)
+
+
+def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeypatch):
+    from calc import xla_plan
+
+    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
+    per_sample, fixed_temp = 50 * 2**20, 300 * 2**20
+    monkeypatch.setattr(xla_plan, "run_child", lambda request, **kw: plan_analysis(
+        request["config"]["batch_size"], per_sample=per_sample, fixed_temp=fixed_temp))
+    put_plan(plan_analysis(16, per_sample=per_sample, fixed_temp=fixed_temp))
+    at = app()
+    assert metric(at, "Largest batch that fits (graph-executor walk)")
+    at.button(key="xla_max_batch").click().run()
+    _wait_for_jobs()
+    at.run()
+    # The fake plan grows linearly: peak(b) = fixed part + b x (per-sample temporaries + input).
+    gpu = GPU_PRESETS["t4"]
+    budget = int(gpu.memory_bytes * 0.95) - gpu.overhead_bytes
+    peak = lambda b: xla_plan.plan_from_analysis(  # noqa: E731
+        plan_analysis(b, per_sample=per_sample, fixed_temp=fixed_temp), "t4").peak_bytes
+    slope = peak(2) - peak(1)
+    fixed = peak(1) - slope
+    expected = (budget - fixed) // slope
+    assert peak(expected) <= budget < peak(expected + 1)
+    assert metric(at, "Largest batch that fits (XLA plans, compiled)") == f"{expected:,}"
+    points = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan (compiled)")
+    assert expected in points["x"] and expected + 1 in points["x"]
+
+
+def test_every_page_says_which_step_its_numbers_describe():
+    from calc.validation import GPU_TF_XLA_DATA, load_report, plan_report_path
+
+    assert any("graph-executor walk" in c.value and "jit_compile=False" in c.value
+               for c in app(page="pages/formula.py").caption)
+    assert any("graph-executor walk (`jit_compile=False`)" in c.value for c in app(page="pages/compare.py").caption)
+    at = app(page="pages/validation.py")
+    assert any(c.value.startswith("Which step each table describes") for c in at.caption)
+    try:
+        report = load_report(plan_report_path(GPU_TF_XLA_DATA))
+    except OSError:
+        assert any("not scored here yet" in c.value for c in at.caption)
+        return
+    s = report["summary"]
+    assert any(m.value.startswith("XLA, jit_compile=True, against XLA's own plan")
+               and f"{s['cases']} steps, median error {s['median_abs_error']:.1%}" in m.value for m in at.markdown)
+    assert any(list(d.value.columns)[:2] == ["case", "measured_bytes"]
+               and list(d.value["predicted_bytes"]) == [c["predicted_bytes"] for c in report["cases"]]
+               for d in at.dataframe)
+
+
+def test_a_failed_compile_is_one_line_and_the_walk_stays(monkeypatch):
+    from calc import xla_plan
+
+    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
+
+    def refused(request, **kwargs):
+        raise xla_plan.PlanError("XLA could not compile this step: out of registers")
+
+    monkeypatch.setattr(xla_plan, "run_child", refused)
+    at = app()
+    _wait_for_jobs()
+    at.run()
+    assert not at.exception
+    assert [w.value for w in at.warning] == ["No XLA plan for this step: XLA could not compile this step: out of "
+                                             "registers. This shows the graph-executor walk (jit_compile=False)."]
+    assert metric(at, "Predicted peak (graph executor)")

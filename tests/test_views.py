@@ -48,3 +48,28 @@ def test_breakdown_shows_the_allocator_part_only_when_simulated():
     assert LABELS["allocator"] in names and len(names) == len(parts) + 1
     full = {**parts, "allocator": 0}
     assert LABELS["allocator"] not in [t.name for t in breakdown_figure(full, 0, 16 << 30, 2**30, "GiB").data]
+
+
+def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
+    from calc.gpus import GPU_PRESETS
+    from calc.xla_plan import XlaPlan
+    from dashboard.state import Inputs
+    from dashboard.views import estimate_view, shown_plan, verdict
+
+    gpu = GPU_PRESETS["t4"]
+    inputs = Inputs(model="ResNet50", image_size=224, batch_size=32, gpu="t4", remat="full")
+    view = estimate_view(get_profile(make_spec("ResNet50")), inputs, gpu)
+    usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
+    verdicts = []
+    for temporaries in (usable - gpu.overhead_bytes - 1008, usable - gpu.overhead_bytes - 1007):  # needed: usable, +1
+        plan = XlaPlan(400, 500, 100, temporaries, 8, 0, target="t4", remat="full")
+        shown = shown_plan(view, inputs, plan, plan_peaks={32: plan.peak_bytes}, max_batch=None,
+                           base_peak_bytes=plan.peak_bytes + 7)
+        assert shown.needed_bytes == 400 + 500 + 100 + temporaries + 8 + gpu.overhead_bytes
+        assert shown.fits == (shown.needed_bytes <= usable)
+        assert verdict(shown, inputs).startswith("Fits" if shown.fits else "Does not fit")
+        assert sum(shown.components.values()) == shown.peak_bytes and shown.remat_saving_bytes == 7
+        assert shown.max_batch == view.max_batch and "walk" in shown.max_batch_label  # no search: the walk's
+        assert shown.plan_points == ((32, plan.peak_bytes + gpu.overhead_bytes),)
+        verdicts.append(shown.fits)
+    assert verdicts == [True, False]
