@@ -515,6 +515,30 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
     }
 
 
+def _static_remat_options() -> None:
+    """Keras 3.15's JAX remat passes a layer's options through ``jax.checkpoint`` as traced values.
+
+    ``remat`` (keras/src/backend/jax/core.py) is ``jax.checkpoint(layer.call)``, so
+    ``training=True`` reaches BatchNormalization or Dropout as a tracer and their ``if
+    training:`` fails ("Attempted boolean conversion"): RematScope("full") cannot train
+    any catalogue model with BatchNormalization on the JAX backend. What RematScope asks
+    for is the layer's tensors recomputed, not its options, so in this process the
+    options that are not arrays are bound before ``jax.checkpoint`` sees the call.
+    """
+    import jax
+    from keras.src.backend.jax import core
+
+    def remat(f: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            arrays = {k: v for k, v in kwargs.items() if hasattr(v, "shape")}
+            options = {k: v for k, v in kwargs.items() if k not in arrays}
+            return jax.checkpoint(lambda *a, **kw: f(*a, **kw, **options))(*args, **arrays)
+
+        return call
+
+    core.remat = remat
+
+
 def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_config: str,
                     remat: str | None = None) -> dict[str, Any]:
     """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
@@ -542,12 +566,24 @@ def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_
     topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
     sharding = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
     keras.backend.clear_session()
+    if remat:
+        _static_remat_options()
     model = compiled_training_model(spec, config, remat=remat)
     batch = config.per_replica_batch
     x_shape, x_dtype, y_shape, _ = batch_shapes(model, batch)
     # Keras builds the optimizer and the metrics from one small batch; the plan's batch is abstract.
+    # The symbolic pass only infers shapes, and Keras 3.15's remat wrapper fails inside it
+    # ("'str' object has no attribute '_error_repr'" under mode "full"), so remat is off
+    # for that pass and back on for the step that is compiled.
     one = (np.zeros((1, *x_shape[1:]), x_dtype), np.zeros((1, *y_shape[1:]), "int32"), None)
-    model._symbolic_build(data_batch=one)
+    modes = [(layer, layer._remat_mode) for layer in model._flatten_layers(include_self=True, recursive=True)]
+    for layer, _ in modes:
+        layer._remat_mode = None
+    try:
+        model._symbolic_build(data_batch=one)
+    finally:
+        for layer, mode in modes:
+            layer._remat_mode = mode
     groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
               model.metrics_variables)
     state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True, optimizer_variables=True,

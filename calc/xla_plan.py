@@ -333,10 +333,17 @@ def run_child(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_rss_
         if kind == "PLAN":
             return {**json.loads(payload), "worker_peak_rss_bytes": peak_rss}
         if kind == "REFUSED":
-            raise PlanError(f"XLA could not compile this step: {json.loads(payload)}")
-    tail = " | ".join((stderr or "").strip().splitlines()[-2:])[:300]
+            raise PlanError(f"XLA could not compile this step: {_one_line(json.loads(payload))}")
+    tail = _one_line(" | ".join((stderr or "").strip().splitlines()[-2:]))
     reason = "killed (out of memory?)" if proc.returncode and proc.returncode < 0 else f"exit status {proc.returncode}"
     raise PlanError(f"the compile failed: {reason}: {tail}")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A child's message as one plain line: no terminal colours, no line breaks, bounded."""
+    import re
+
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text)).split())[:limit]
 
 
 _flights: dict[str, threading.Lock] = {}
