@@ -464,11 +464,13 @@ class XlaMaxBatch:
 def max_batch_xla(needed: Callable[[int], int], usable_bytes: int, start: int, *, limit: int = 1 << 16) -> XlaMaxBatch:
     """The largest per-device batch B with ``needed(B) <= usable_bytes`` and ``needed(B + 1) > usable_bytes``.
 
-    ``needed`` compiles (or reads) the plan at a batch. The plan grows close to linearly
-    in the batch, so each next batch is where the line through the two known points
-    nearest the budget crosses it (a secant step), kept inside the bracket; a step that
-    does not halve the bracket is followed by a bisection. ``start`` (the walk's answer)
-    is the first guess. B and B + 1 are both compiled.
+    ``needed`` compiles (or reads) the plan at a batch. ``start`` (the walk's answer) is the
+    first guess; until a batch that does not fit is known the guess is the last one scaled
+    to the budget, and at least half as large again. Inside the
+    bracket each guess is where the line between its two ends crosses the budget (regula
+    falsi), and a bisection follows any guess that did not halve the bracket: near the
+    card's memory XLA's plans stop growing in a straight line (docs/XLA_PLAN.md), so the
+    search cannot rely on one. B and B + 1 are both compiled.
     """
     known: dict[int, int] = {}
 
@@ -487,25 +489,18 @@ def max_batch_xla(needed: Callable[[int], int], usable_bytes: int, start: int, *
             hi = b
         if hi - lo <= 1:
             break
-        if bisect or len(known) < 2:
-            # No line yet: from one point, scale it to the budget; a bisection where the secant stalled.
-            only = known[b]
-            b = (lo + hi) // 2 if bisect or hi <= limit else int(b * usable_bytes / max(only, 1))
+        if hi > limit:  # no batch that does not fit yet: scale to the budget, growing by half at least
+            b = min(max(lo * usable_bytes // max(known[lo], 1), lo + max(1, lo // 2)), limit)
+        elif lo == 0 or bisect:
+            b = (lo + hi) // 2
         else:
-            (b1, m1), (b2, m2) = _nearest_pair(sorted(known.items()), usable_bytes)
-            slope = (m2 - m1) / (b2 - b1)
-            b = int(b1 + (usable_bytes - m1) / slope) if slope > 0 else (lo + hi) // 2
+            m_lo, m_hi = known[lo], known[hi]
+            b = lo + int((usable_bytes - m_lo) * (hi - lo) / (m_hi - m_lo)) if m_hi > m_lo else (lo + hi) // 2
         b = min(max(b, lo + 1), hi - 1)
         bisect = (hi - lo) * 2 > width
     if 1 <= lo < limit:
         at(lo + 1)
     return XlaMaxBatch(lo, tuple(sorted(known.items())))
-
-
-def _nearest_pair(points: list[tuple[int, int]], usable: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The two known points whose needs lie nearest the budget (for the secant)."""
-    ranked = sorted(points, key=lambda p: abs(p[1] - usable))[:2]
-    return tuple(sorted(ranked))  # type: ignore[return-value]
 
 
 def plan_max_batch(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, usable_bytes: int,
