@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from calc.catalogue import CATALOGUE, ModelFile, ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
 from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+from calc.xla_plan import REMAT_MODES
 
 GIB = 1024**3
 
@@ -87,7 +88,7 @@ def _add_gpu_options(p: argparse.ArgumentParser) -> None:
                    help="which training step to predict: xla (XLA's own plan of the step Keras compiles on a GPU, "
                         "jit_compile=True, computed without a GPU; the default with --gpu) or graph (the walk of "
                         "TensorFlow's graph executor, jit_compile=False; the default otherwise)")
-    p.add_argument("--remat", choices=["none", "full", "activations", "larger_than"], default="none",
+    p.add_argument("--remat", choices=["none", *REMAT_MODES], default="none",
                    help="keras.RematScope mode the model is built under (with --step xla)")
 
 

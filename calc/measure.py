@@ -53,10 +53,18 @@ class Measurement:
 
 
 def child_env() -> dict[str, str]:
-    """Environment for a ``python -m calc.keras_adapter`` child: quiet TF, this checkout importable."""
+    """Environment for a ``python -m calc.keras_adapter`` child: quiet TF, this checkout importable.
+
+    oneDNN on: TensorFlow tracks the CPU allocator's statistics only through oneDNN's
+    allocator ("Allocator stats not available for device 'CPU:0'" without it), and TF 2.21
+    turns oneDNN on by default only on CPUs with AVX512 or AMX (seen off on an AMD EPYC
+    with AVX2). Every committed CPU measurement ran with it on.
+    """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
-                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    return env
 
 
 def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False,

@@ -33,7 +33,10 @@ from calc.types import TrainingConfig
 TARGETS_PATH = Path(__file__).parent / "data" / "gpu_targets.json"
 SHIPPED_PLANS = Path(__file__).parent / "data" / "xla_plans.json.gz"
 PLAN_FORMAT = 1  # bump when the child's answer or the request's meaning changes
-REMAT_MODES = ("full", "activations", "larger_than")  # keras.RematScope modes that need no layer list
+# keras.RematScope modes the plan answers. "larger_than" is not one: Keras 3.15 measures a
+# layer's output with compute_output_spec inside the traced step, which fails under JAX
+# ("DynamicJaxprTracer has no attribute sparse"); "list_of_layers" needs layer names.
+REMAT_MODES = ("full", "activations")
 # The packages the child needs; their versions are part of every cache key (XLA's version
 # moves plans by 1-2 %).
 PLAN_PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "keras")

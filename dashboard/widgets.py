@@ -28,8 +28,7 @@ SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "si
 DEVICE_LABELS = {"gpu": "GPU", "cpu": "CPU", "cpu_fp16": "CPU (AVX512-FP16)"}
 MODE_LABELS = {"all": "everything", "frozen_backbone": "frozen backbone + new head", "last_n": "last N layers"}
 STEP_LABELS = {"xla": "XLA (Keras's default on a GPU, jit_compile=True)", "graph": "Graph executor (jit_compile=False)"}
-REMAT_LABELS = {"none": "none", "full": "full (every layer)", "activations": "activations (activation layers)",
-                "larger_than": "larger_than (large outputs)"}
+REMAT_LABELS = {"none": "none", "full": "full (every layer)", "activations": "activations (activation layers)"}
 
 
 def sidebar_inputs() -> Inputs:
