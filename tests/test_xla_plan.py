@@ -198,6 +198,20 @@ def test_max_batch_compiles_b_that_fits_and_b_plus_one_that_does_not(fixed, per_
     assert found.compiles <= 12
 
 
+def test_max_batch_copes_with_plans_that_bend_near_the_memory():
+    """XLA rematerialises near the card's memory: 54 MiB a sample at first, 30 near the top
+    (MobileNetV2 224 px on a T4), and the search must not creep along a straight line."""
+    usable = int(14.5 * 2**30)
+
+    def needed(b):
+        knee = 250
+        return 40 * MIB + 54 * MIB * min(b, knee) + 30 * MIB * max(0, b - knee)
+
+    found = xla_plan.max_batch_xla(needed, usable, 242)
+    brute = max(b for b in range(1, 5000) if needed(b) <= usable)
+    assert found.max_batch == brute and found.compiles <= 12
+
+
 def test_cli_estimate_with_a_gpu_preset_prints_the_plan(monkeypatch, capsys):
     monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
     monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test"})
