@@ -338,3 +338,22 @@ def test_every_compute_capability_compiles():
         seen[target.compute_capability] = plan.peak_bytes
         assert plan.peak_bytes == sum(plan.components().values()) and plan.temporaries_bytes > 0
     assert len(seen) >= 8
+
+
+@needs_plan
+@pytest.mark.slow
+def test_a_saved_file_is_planned_with_its_own_weights(capsys):
+    from pathlib import Path
+
+    from calc.uploads import profile_upload
+
+    path = Path(__file__).parent.parent / "calc" / "data" / "models" / "mnist_cnn.keras"
+    assert main(["estimate", "--file", str(path), "--batch-size", "32", "--optimizer", "adam", "--gpu", "t4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    profile = profile_upload(path.read_bytes(), path.name)
+    assert out["step"] == "xla" and out["peak_bytes"] == sum(out["components"].values())
+    # float32 variables, and each Dropout's seed generator state (two uint32).
+    assert 4 * profile.total_params <= out["components"]["weights"] <= 4 * profile.total_params + 64
+    # Adam: two slots a trainable parameter, and its iteration count and learning rate.
+    assert 8 * profile.trainable_params <= out["components"]["optimizer_state"] <= 8 * profile.trainable_params + 64
