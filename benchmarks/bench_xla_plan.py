@@ -47,11 +47,11 @@ def main() -> int:
           f"{'walk ms':>8s} {'plan MiB':>9s}")
     for name in args.models.split(","):
         spec = make_spec(name, lookup(name).default_size)
+        request = xla_plan.plan_request(spec, config, xla_plan.target_for(args.gpu))
         started = time.perf_counter()
-        raw = xla_plan.run_child(xla_plan.plan_request(spec, config, xla_plan.target_for(args.gpu)))
+        raw = xla_plan.run_child(request)
         wall = time.perf_counter() - started
-        xla_plan._write_cached(xla_plan.cache_key(xla_plan.plan_request(spec, config, xla_plan.target_for(args.gpu)),
-                                                  xla_plan.plan_versions()), raw)
+        xla_plan._write_cached(xla_plan.cache_key(request, xla_plan.plan_versions()), raw)
         started = time.perf_counter()
         plan = xla_plan.compute_plan(spec, config, args.gpu)
         hit_ms = (time.perf_counter() - started) * 1000
