@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Packs TensorFlow 2.21 for a lent GPU machine (benchmarks/measure_gpu_tf.py; docs/MEASUREMENTS.md,
+# Packs TensorFlow 2.21 for a lent GPU machine (tools/measure_gpu_tf.py; docs/MEASUREMENTS.md,
 # "TensorFlow on an H100"). Those machines hold PyTorch and JAX with CUDA 13 and no TensorFlow, can
 # fetch nothing, and take 64 MiB per call, so the wheel travels as xz chunks under .gpu/ (ignored):
 #   .gpu/ppartNN/partNN  one chunk each: carry one per call, then `mkdir -p /tmp/tfw && mv .gpu/p*/part* /tmp/tfw/`
 #   .gpu/w               the small wheels (keras, protobuf, ...), cudart 12 and the two scripts beside this one
 # On the machine, once every chunk is there: `bash .gpu/w/setup.sh; source .gpu/w/env.sh`, then
-# `python3 benchmarks/measure_gpu_tf.py measure $OUT/gpu_tf_h100.json [--xla] ...` (carry .gpu/w each call).
+# `python3 tools/measure_gpu_tf.py measure $OUT/gpu_tf_h100.json [--xla] ...` (carry .gpu/w each call).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpu/' .git/info/exclude || echo '/.gpu/' >> .git/info/exclude
@@ -17,7 +17,7 @@ pip_dl "$work" tensorflow==2.21.0
 mkdir -p .gpu/w
 pip_dl .gpu/w keras==3.15.1 namex==0.1.0 optree==0.20.0 gast==0.7.0 astunparse==1.6.3 google-pasta==0.2.0 \
   termcolor==3.3.0 protobuf==7.36.2 ml_dtypes==0.6.0 wrapt==2.1.2 nvidia-cuda-runtime-cu12==12.9.79
-cp benchmarks/gpu_tf/setup.sh benchmarks/gpu_tf/env.sh .gpu/w/
+cp tools/gpu_tf/setup.sh tools/gpu_tf/env.sh .gpu/w/
 (cd "$work" && mkdir stage && cd stage && unzip -q ../tensorflow-*.whl && rm -rf tensorflow/include \
   && tar cf - tensorflow tensorflow-2.21.0.dist-info | xz -6 -T0 > ../tf.tar.xz)
 (cd "$work" && split -b 53M -d -a 2 tf.tar.xz part)

@@ -1,7 +1,7 @@
 """Keras 3 training steps on a GPU under the JAX backend (XLA), against the engine.
 
-    python benchmarks/measure_gpu_jax.py measure OUT.json [--no-autotune] [SUBSTRING ...]   # on a GPU machine with jax and keras
-    python benchmarks/measure_gpu_jax.py compare calc/data/gpu_jax_h100.json   # here: the engine's error on them
+    PYTHONPATH=. python tools/measure_gpu_jax.py measure OUT.json [--no-autotune] [SUBSTRING ...]   # on a GPU machine with jax and keras
+    python tools/measure_gpu_jax.py compare calc/data/gpu_jax_h100.json   # here: the engine's error on them
 
 The engine predicts TensorFlow's allocator on its executor; no GPU machine lent to this
 project has TensorFlow (only PyTorch and JAX, CUDA 13, and nothing can be installed
@@ -13,7 +13,9 @@ then JAX's allocator statistics for the GPU (``peak_bytes_in_use`` over the proc
 ``bytes_in_use`` before the second step, and the peak after the build). JAX has no
 reset of the peak, so the peak also covers the build and XLA's compilation, whose
 autotuner allocates convolution workspaces; ``--no-autotune`` turns that off
-(``--xla_gpu_autotune_level=0``).
+(``--xla_gpu_autotune_level=0``). The project is not installed on the GPU machine:
+``PYTHONPATH=.`` from the repository root makes ``calc`` importable there, for this
+script and its children.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 MIB = 1 << 20
 
 # Validation cases (calc/validation.py ids) that also make a GPU slice: full training,
@@ -49,7 +49,6 @@ GPU_CASES = (
 
 CHILD = r'''
 import json, os, sys
-sys.path.insert(0, ROOT)
 import numpy as np
 import jax, keras
 from calc.keras_adapter import _optimizer, build_model
@@ -82,8 +81,7 @@ def _measure_one(case: dict) -> dict:
         # XLA's autotuner tries convolution algorithms with their own workspaces while it
         # compiles; those buffers count in the process's peak.
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
-    code = CHILD.replace("ROOT", repr(ROOT))
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(case)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True,
                          timeout=540, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:

@@ -1,4 +1,4 @@
-# Runs on the GPU machine (benchmarks/gpu_tf/prepare.sh packs what it needs).
+# Runs on the GPU machine (tools/gpu_tf/prepare.sh packs what it needs).
 # Unpacks TensorFlow 2.21 (+ carried wheels) into /tmp/site and points TF's CUDA 12
 # library names at the machine's CUDA 13 libraries (cudart 12 is carried).
 set -e

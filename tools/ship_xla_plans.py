@@ -1,6 +1,6 @@
 """Writes calc/data/xla_plans.json.gz: the plans shipped with the project.
 
-    python benchmarks/ship_xla_plans.py
+    python tools/ship_xla_plans.py
 
 Every case of the XLA data files (so ``python -m calc validate --step xla`` answers in
 seconds), the dashboard's first page, and the step the tests compare with a fresh
@@ -13,11 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def shipped_requests():
@@ -27,9 +22,9 @@ def shipped_requests():
     from calc.requests import config_from_dict, spec_from_dict
     from calc.types import Device
     from calc.validation import XLA_DATA, XLA_TARGET, load_measurements
+    from dashboard.loaders import spec_for
     from dashboard.state import DEFAULTS
     from dashboard.views import config_of
-    from dashboard.loaders import spec_for
 
     seen = set()
     for path in XLA_DATA:

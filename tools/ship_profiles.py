@@ -1,6 +1,6 @@
 """Writes the shipped profiles: every catalogue model at its default size, with its top.
 
-    python benchmarks/ship_profiles.py [NAME ...]
+    python tools/ship_profiles.py [NAME ...]
 
 A shipped profile lets the dashboard's first page and the command line answer
 without importing TensorFlow. They are plain ledgers (gzipped JSON), valid for the
@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from calc.catalogue import CATALOGUE, make_spec  # noqa: E402
-from calc.keras_adapter import profile_catalogue_model  # noqa: E402
-from calc.profiles import SHIPPED_DIR, profile_to_dict, shipped_path  # noqa: E402
+from calc.catalogue import CATALOGUE, make_spec
+from calc.keras_adapter import profile_catalogue_model
+from calc.profiles import SHIPPED_DIR, profile_to_dict, shipped_path
 
 
 def main(names: list[str]) -> None:

@@ -1,11 +1,11 @@
 """TensorFlow training steps on a GPU: the validation protocol, on a GPU machine.
 
-    python benchmarks/measure_gpu_tf.py cases                      # the GPU slice's case ids
-    python benchmarks/measure_gpu_tf.py measure OUT.json [--xla] [--jobs 8] [--limit-mib 10240]
-                                        [--repeats 2] [--deadline-s 480] [SUBSTRING ...]
+    python tools/measure_gpu_tf.py cases                      # the GPU slice's case ids
+    python tools/measure_gpu_tf.py measure OUT.json [--xla] [--jobs 8] [--limit-mib 10240]
+                                   [--repeats 2] [--deadline-s 480] [SUBSTRING ...]
     python -m calc validate --data calc/data/gpu_tf_h100.json      # here: the engine against them
 
-The same protocol as ``benchmarks/measure_validation.py`` (``calc.measure``: warm-up
+The same protocol as ``tools/measure_validation.py`` (``calc.measure``: warm-up
 until a step applied its update, reset, one step, the allocator's peak on ``GPU:0``; 1
 inter-op and 1 intra-op thread; a fresh process per run), run on a GPU. Several runs
 share the GPU: each process gets one allocator region of ``--limit-mib`` (through
@@ -15,7 +15,8 @@ whole card, so every allocator starts alike. ``--xla`` compiles the step with XL
 
 Cases are taken largest-first and saved as each finishes, in the validation file format,
 so a run stopped at its time limit keeps what it measured; ``--deadline-s`` stops
-starting new cases after that many seconds.
+starting new cases after that many seconds. On a GPU machine, ``tools/gpu_tf/`` provides
+TensorFlow and puts this checkout on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -23,22 +24,17 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from threading import Lock
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+# The JAX/XLA slice's cases, for a three-way comparison (beside this script).
+from measure_gpu_jax import GPU_CASES as JAX_SLICE
 
-from calc.measure import MeasurementError, measure_training_step  # noqa: E402
-from calc.validation import VALIDATION_CASES, case_id, load_measurements, save_measurement  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The JAX/XLA slice's cases, for a three-way comparison.
-from measure_gpu_jax import GPU_CASES as JAX_SLICE  # noqa: E402
+from calc.measure import MeasurementError, measure_training_step
+from calc.validation import VALIDATION_CASES, case_id, load_measurements, save_measurement
 
 MIB = 1 << 20
 SAMPLE_SEED = 2026

@@ -1,48 +1,44 @@
 """Writes the validation set's own-model files: architectures that are not Keras applications.
 
-    python benchmarks/custom_models.py [--out calc/data/models]
+    python tools/custom_models.py [--out calc/data/models] [--only NAME ...]
 
 Users bring their own models as ``.keras`` files; the catalogue cases never exercise
-that path. These are the kinds people build themselves: a plain CNN with a large
-Flatten -> Dense head on a non-square one-channel input (seed 002's shape, 50x180x1),
-a small U-Net (Conv2DTranspose, UpSampling2D, Concatenate, per-pixel softmax), a
-residual network with SeparableConv2D and PReLU, a ConvMixer (DepthwiseConv2D, GELU,
-LayerNormalization), a 1-D convolutional network on a waveform (the first five, stop
-15's first own-model slice); then Conv(relu) -> BatchNormalization blocks, an
-Inception-like fan-out, and a multilayer perceptron (the second); then the Keras MNIST
-convnet, ResNet-20 for CIFAR and a convolutional autoencoder (the third); then models from
-Keras's own examples with layers the first three lacked: a small ViT and a text transformer
-(MultiHeadAttention, with and without dropout), a text CNN (Embedding, GlobalMaxPooling1D)
-and the image-classification-from-scratch network with its augmentation layers inside
-(the fourth, stop 16); then a transfer-learning file with MobileNetV2 nested in it, the
-Keras DCGAN discriminator, a tabular Dense -> BatchNormalization network and the Keras
-Oxford-pets segmentation network (the fifth); then recurrent networks (the sixth, stop 18):
-the Keras IMDB example's two bidirectional LSTMs on 200 token ids, a GRU text classifier
-and a two-layer LSTM forecaster on 120 steps of 16 features; then 1-D networks for the
-rules of stop 21 (the seventh): an ECG-style Conv1D -> BatchNormalization -> ReLU ->
-MaxPooling1D classifier, a 1-D U-Net (UpSampling1D, Conv1DTranspose, ZeroPadding1D,
-Cropping1D, Concatenate) and a keyword-spotting network (strided Conv1D, SeparableConv1D,
-DepthwiseConv1D, AveragePooling1D, SpatialDropout1D, GaussianNoise, GlobalMaxPooling1D);
-then sequence networks for the held-gradient rules of stop 21 (the eighth): a temporal
-convolutional network (dilated causal Conv1D, residual Add), a 1-D U-Net with
-BatchNormalization and Conv1DTranspose, and a token-wise MLP (LayerNormalization, Dense
-with GELU, residual Add) on 256 steps; then, for the dilated-convolution rule (the ninth), a
-WaveNet-style network (gated causal dilated Conv1D, residual and skip sums) and a dilated
-"same"-padded Conv1D stack with BatchNormalization labelling every step.
+that path. These are the kinds people build themselves:
+
+- image networks: a plain CNN with a large Flatten -> Dense head on a non-square
+  one-channel input (50x180x1), a small U-Net (Conv2DTranspose, UpSampling2D,
+  Concatenate, per-pixel softmax), a residual network with SeparableConv2D and PReLU, a
+  ConvMixer (DepthwiseConv2D, GELU, LayerNormalization), Conv(relu) ->
+  BatchNormalization blocks, an Inception-like fan-out, the Keras MNIST convnet, ResNet-20
+  for CIFAR, a convolutional autoencoder, the image-classification-from-scratch network
+  with its augmentation layers inside, a transfer-learning file with MobileNetV2 nested in
+  it, the Keras DCGAN discriminator and the Keras Oxford-pets segmentation network;
+- a multilayer perceptron and a tabular Dense -> BatchNormalization network;
+- attention and text networks: a small ViT and a text transformer (MultiHeadAttention,
+  with and without dropout), a text CNN (Embedding, GlobalMaxPooling1D);
+- recurrent networks: the Keras IMDB example's two bidirectional LSTMs on 200 token ids,
+  a GRU text classifier and a two-layer LSTM forecaster on 120 steps of 16 features;
+- 1-D networks: a convolutional network on a waveform, an ECG-style Conv1D ->
+  BatchNormalization -> ReLU -> MaxPooling1D classifier, a 1-D U-Net (UpSampling1D,
+  Conv1DTranspose, ZeroPadding1D, Cropping1D, Concatenate), one with BatchNormalization
+  and Conv1DTranspose, a keyword-spotting network (strided Conv1D, SeparableConv1D,
+  DepthwiseConv1D, AveragePooling1D, SpatialDropout1D, GaussianNoise, GlobalMaxPooling1D),
+  a temporal convolutional network (dilated causal Conv1D, residual Add), a token-wise MLP
+  (LayerNormalization, Dense with GELU, residual Add) on 256 steps, a WaveNet-style network
+  (gated causal dilated Conv1D, residual and skip sums) and a dilated "same"-padded Conv1D
+  stack with BatchNormalization labelling every step.
 
 Weights are saved as zeros: the memory of a step does not depend on their values, and
 zeros compress, so git stores each file in a few KiB (on disk they are 0.1-22 MB). The files are data for
-``calc/data/validation_custom_cpu.json`` (``benchmarks/measure_validation.py --custom``).
+``calc/data/validation_custom_cpu.json`` (``tools/measure_validation.py --custom``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def _plain_cnn(keras):

@@ -1,12 +1,12 @@
 """Measures the validation cases that are not in the data file yet.
 
-    python benchmarks/measure_validation.py [--jobs 2] [--repeats 3] [--only SUBSTRING] [--custom | --fp16-slice SECONDS]
+    python tools/measure_validation.py [--jobs 2] [--repeats 3] [--only SUBSTRING] [--custom | --fp16-slice SECONDS]
 
 Each case runs ``repeats`` times, each in a fresh single-threaded process, and the
 median peak is stored with every run's peak in ``calc/data/validation_cpu.json``
 (``--custom``: the own-model cases, ``CUSTOM_CASES``, in ``validation_custom_cpu.json``).
 
-``--fp16-slice SECONDS`` (stop 17): the committed mixed_float16 cases whose three runs
+``--fp16-slice SECONDS``: the committed mixed_float16 cases whose three runs
 took at most SECONDS, again, into ``validation_cpu_fp16.json``, on a CPU with
 AVX512-FP16 only. Every committed mixed_float16 case ran on CPUs without it, where
 TensorFlow's own float16 kernels hold the buffers ``calc/kernels.py`` counts; with it
@@ -18,17 +18,21 @@ estimates it for them.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from threading import Lock
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from calc.measure import MeasurementError, local_cpu_device, measure_training_step  # noqa: E402
-from calc.types import Device, Precision  # noqa: E402
-from calc.validation import (CPU_DATA, CUSTOM_CASES, CUSTOM_DATA, FP16_DATA, VALIDATION_CASES,  # noqa: E402
-                             case_id, load_measurements, save_measurement)
+from calc.measure import MeasurementError, local_cpu_device, measure_training_step
+from calc.types import Device, Precision
+from calc.validation import (
+    CPU_DATA,
+    CUSTOM_CASES,
+    CUSTOM_DATA,
+    FP16_DATA,
+    VALIDATION_CASES,
+    case_id,
+    load_measurements,
+    save_measurement,
+)
 
 
 def _fp16_slice(max_seconds: float) -> list:

@@ -1,8 +1,8 @@
 """What is alive at a measured step's peak, op by op, from TensorFlow's profiler.
 
-    python benchmarks/trace_step.py SUBSTRING [--top 15] [--layers] [--save FILE.json]
-    python benchmarks/trace_step.py SUBSTRING --table SUBSTRING [SUBSTRING ...]
-    python benchmarks/trace_step.py SUBSTRING --history [--save FILE.json]
+    python tools/trace_step.py SUBSTRING [--top 15] [--layers] [--save FILE.json]
+    python tools/trace_step.py SUBSTRING --table SUBSTRING [SUBSTRING ...]
+    python tools/trace_step.py SUBSTRING --history [--save FILE.json]
 
 For the first committed validation case whose id contains SUBSTRING, runs the
 measurement protocol once in a fresh process (``calc.measure.measure_once`` with
@@ -32,18 +32,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import sys
 from collections import Counter, defaultdict
 from dataclasses import replace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from calc.estimate import OPT, W, _raw_bytes, _simulate, estimate_memory, plan_step  # noqa: E402
-from calc.measure import measure_once  # noqa: E402
-from calc.profiles import get_profile  # noqa: E402
-from calc.validation import CUSTOM_CASES, VALIDATION_CASES, case_id  # noqa: E402
+from calc.estimate import OPT, W, _raw_bytes, _simulate, estimate_memory, plan_step
+from calc.measure import measure_once
+from calc.profiles import get_profile
+from calc.validation import CUSTOM_CASES, VALIDATION_CASES, case_id
 
 MIB = 2 ** 20
 
@@ -214,7 +210,7 @@ def main() -> None:
     parser.add_argument("substring")
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
-                        help="whose kernels run the step (gpu: on a GPU machine, benchmarks/gpu_tf)")
+                        help="whose kernels run the step (gpu: on a GPU machine, tools/gpu_tf)")
     parser.add_argument("--save")
     parser.add_argument("--layers", action="store_true", help="also list the layers that differ most")
     parser.add_argument("--table", nargs="+", metavar="SUBSTRING",

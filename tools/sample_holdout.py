@@ -1,6 +1,6 @@
 """Draws a random holdout of validation cases, so that a holdout is not chosen by hand.
 
-    python benchmarks/sample_holdout.py --seed 12 --count 14 [--models A,B] [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--ema] [--trained | --frozen]
+    python tools/sample_holdout.py --seed 12 --count 14 [--models A,B] [--min-peak-gib 0] [--max-peak-gib 2.5] [--precision mixed_float16] [--ema] [--trained | --frozen]
 
 Every earlier holdout was picked by a person (new families, new optimizers, hard
 layouts), which tests what that person thought of. This draws configurations the way
@@ -24,16 +24,13 @@ draws from the named catalogue models only, for a holdout aimed at one family's 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from calc.catalogue import CATALOGUE  # noqa: E402
-from calc.estimate import estimate_memory  # noqa: E402
-from calc.profiles import get_profile  # noqa: E402
-from calc.validation import _case  # noqa: E402
+from calc.catalogue import CATALOGUE
+from calc.estimate import estimate_memory
+from calc.profiles import get_profile
+from calc.validation import _case
 
 SIDES = (64, 96, 128, 160, 192, 224, 256, 299, 331, 380)
 BATCHES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
