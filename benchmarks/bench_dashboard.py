@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ["CALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="calc-bench-")
+from streamlit.testing.v1 import AppTest
 
-from streamlit.testing.v1 import AppTest  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["CALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="calc-bench-")
 
 
 def timed(action) -> float:

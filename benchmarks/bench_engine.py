@@ -19,14 +19,14 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("CALC_CACHE_DIR", tempfile.mkdtemp(prefix="calc-bench-"))
+import calc.estimate as engine
+from calc.catalogue import make_spec
+from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step
+from calc.types import TrainingConfig
+from dashboard.views import curve_batches
 
-from calc.catalogue import make_spec  # noqa: E402
-import calc.estimate as engine  # noqa: E402
-from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step  # noqa: E402
-from calc.types import TrainingConfig  # noqa: E402
-from dashboard.views import curve_batches  # noqa: E402
+# A fresh profile cache unless one is given (calc reads it at the first lookup).
+os.environ.setdefault("CALC_CACHE_DIR", tempfile.mkdtemp(prefix="calc-bench-"))
 
 
 def timed(fn, runs=5):

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 DEFAULT_MODELS = "MobileNetV2,ResNet50,EfficientNetB0,DenseNet121,InceptionV3"
 

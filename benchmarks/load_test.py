@@ -52,18 +52,17 @@ import time
 import urllib.request
 from urllib.parse import parse_qs
 
+import websockets
+from streamlit.proto.Alert_pb2 import Alert
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.NumberInput_pb2 import NumberInput
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+from calc.catalogue import CATALOGUE
+from calc.gpus import GPU_PRESETS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import websockets  # noqa: E402
-from streamlit.proto.Alert_pb2 import Alert  # noqa: E402
-from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
-from streamlit.proto.NumberInput_pb2 import NumberInput  # noqa: E402
-from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
-
-from calc.catalogue import CATALOGUE  # noqa: E402
-from calc.gpus import GPU_PRESETS  # noqa: E402
 
 MAX_USERS, MAX_DURATION_S, MAX_TOUR_ROUNDS = 50, 300, 3
 RERUN_TIMEOUT_S, TOUR_MODEL_TIMEOUT_S, TOUR_SIZE = 30.0, 120.0, 96

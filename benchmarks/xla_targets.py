@@ -11,11 +11,6 @@ below) and the fusions it forms, so the same step plans differently per card.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 # Five steps of the H100 XLA set (calc/data/gpu_tf_h100_xla.json): measured there, planned everywhere.
 STEPS = (("ResNet50", 224, 16), ("EfficientNetB0", 224, 32), ("MobileNetV2", 224, 32), ("DenseNet121", 224, 16),
