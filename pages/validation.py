@@ -54,7 +54,7 @@ else:
 
 st.subheader("On a GPU: TensorFlow on an H100")
 st.caption("Validation cases measured with TensorFlow 2.21 on an NVIDIA H100 by the same protocol "
-           "(benchmarks/measure_gpu_tf.py), estimated with GPU kernels; not part of the set above.")
+           "(tools/measure_gpu_tf.py), estimated with GPU kernels; not part of the set above.")
 try:
     slices = load_gpu_slices()
 except (OSError, ValueError) as exc:

@@ -108,7 +108,7 @@ def test_a_restored_snapshot_places_requests_like_the_original():
 
 
 def test_a_random_kernel_is_drawn_and_scaled_before_the_variable_copies_it():
-    # benchmarks/probe_init.py: a 64 MiB glorot_uniform kernel peaks the pool at 192 MiB
+    # archive/probes/probe_init.py: a 64 MiB glorot_uniform kernel peaks the pool at 192 MiB
     # while it is made, a zeros-initialized one (normalization, slots) at 64.
     kernel = 4096 * 4096
     config = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")

@@ -385,7 +385,7 @@ def _grouped_conv_profile(groups_of_one: bool, c: int = 512) -> ModelProfile:
 
 def test_depthwise_as_grouped_conv_adds_xla_dense_filter_gradient():
     # Keras compiles grouped convs with XLA; with one channel per group the filter
-    # gradient expands to a dense 7x7xCxC filter (benchmarks/probe_grouped_conv.py).
+    # gradient expands to a dense 7x7xCxC filter (archive/probes/probe_grouped_conv.py).
     config = TrainingConfig(batch_size=1, optimizer="sgd")
     depthwise = estimate_memory(_grouped_conv_profile(True), config)
     dense_filter = 4 * 49 * 512 * 512
@@ -428,7 +428,7 @@ def test_a_gpu_has_neither_xlas_cpu_filter_nor_the_float16_cpu_kernels_buffers()
 
 
 def test_a_cpu_with_avx512_fp16_has_xlas_filter_but_not_the_float16_buffers():
-    # benchmarks/probe_f16_kernels.py on such a CPU: no im2col buffer, no float32 copies.
+    # archive/probes/probe_f16_kernels.py on such a CPU: no im2col buffer, no float32 copies.
     profile = _grouped_conv_profile(True, 512)
     cpu, fp16 = (TrainingConfig(batch_size=1, optimizer="sgd", device=d) for d in ("cpu", "cpu_fp16"))
     assert largest_fixed_request_bytes(profile, fp16) == largest_fixed_request_bytes(profile, cpu) > 0
@@ -505,7 +505,7 @@ def test_one_walk_of_the_step_serves_every_batch_size(monkeypatch):
 
 
 def test_recorded_events_mark_each_trained_layers_update_once():
-    # benchmarks/warmup_sim.py makes the first step's slot buffers at these marks.
+    # archive/probes/warmup_sim.py makes the first step's slot buffers at these marks.
     from calc.estimate import _allocator_events
 
     profile = chain_profile()
@@ -621,7 +621,7 @@ def test_an_elementwise_gradient_writes_into_its_output_gradient():
 def test_a_1d_pools_input_gradient_stays_until_the_step_ends_above_a_bias(below, pool, held):
     # tf.nn.max_pool1d / avg_pool1d wrap a 2-D pool in expand_dims and squeeze; above a
     # layer whose backward reduces a bias gradient, the buffer their gradient makes for the
-    # input stays allocated until the step ends (traced: benchmarks/probe_pool1d.py, freed
+    # input stays allocated until the step ends (traced: archive/probes/probe_pool1d.py, freed
     # in the step's last events); above a layer without a bias, or another pool, and for a
     # 2-D pool, it is freed when the layer below has run its backward.
     from calc.estimate import TRANS, UPDATE_PHASE
@@ -752,7 +752,7 @@ def test_dilated_conv1ds_that_pad_one_input_alike_share_its_copy(same_padding, c
     ("GaussianDropout", 1), ("AlphaDropout", 1), ("GaussianNoise", 1),
 ])
 def test_layers_measured_at_stop_21_keep_what_their_probes_showed(kind, outputs_kept):
-    # benchmarks/probe_layers.py: padding, cropping, nearest repeats and a per-channel
+    # archive/probes/probe_layers.py: padding, cropping, nearest repeats and a per-channel
     # mask keep nothing of the map for the gradient (flat peaks from 2 to 6 layers); a
     # noise or mask of the output's size is kept by the dropouts and, as measured, by
     # GaussianNoise. None of them is reported as unknown any more.
