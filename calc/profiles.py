@@ -12,14 +12,12 @@ import json
 import os
 import threading
 from collections import Counter, OrderedDict
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
-from calc.types import LayerStats, ModelProfile
+from calc.profile_json import PROFILE_FORMAT, profile_from_dict, profile_to_dict
+from calc.types import ModelProfile
 
-PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
 # Bumped when the adapter reads layers that no Keras application has differently (stop 16:
 # MultiHeadAttention as its steps; stop 21: a convolution's dilation and causal padding;
 # stop 22: GroupNormalization has a rule, so a cached profile no longer lists it as unknown),
@@ -27,48 +25,6 @@ PROFILE_FORMAT = 2  # bump when the ledger the adapter writes changes
 # profile is rebuilt.
 FILE_LEDGER = 4
 SHIPPED_DIR = Path(__file__).parent / "data" / "profiles"
-
-
-def profile_to_dict(profile: ModelProfile) -> dict[str, Any]:
-    data = asdict(profile)
-    data["format"] = PROFILE_FORMAT
-    return data
-
-
-def profile_from_dict(data: dict[str, Any]) -> ModelProfile:
-    """Rebuilds a profile from its JSON form; raises ``ValueError`` on malformed data."""
-    try:
-        if data.get("format") != PROFILE_FORMAT:
-            raise ValueError(f"unsupported profile format {data.get('format')!r}")
-        layers = tuple(
-            LayerStats(
-                name=str(l["name"]),
-                layer_type=str(l["layer_type"]),
-                input_ids=tuple(int(i) for i in l["input_ids"]),
-                output_ids=tuple(int(i) for i in l["output_ids"]),
-                output_shapes=tuple(tuple(int(d) for d in s) for s in l["output_shapes"]),
-                trainable_weight_elements=tuple(int(e) for e in l["trainable_weight_elements"]),
-                non_trainable_weight_elements=tuple(int(e) for e in l["non_trainable_weight_elements"]),
-                activation=str(l["activation"]),
-                float32_compute=bool(l["float32_compute"]),
-                in_backbone=bool(l["in_backbone"]),
-                shares_weights=bool(l["shares_weights"]),
-                detail=str(l["detail"]),
-            )
-            for l in data["layers"]
-        )
-        return ModelProfile(
-            name=str(data["name"]),
-            input_shape=tuple(int(d) for d in data["input_shape"]),
-            layers=layers,
-            tensor_elements=tuple(int(e) for e in data["tensor_elements"]),
-            input_ids=tuple(int(i) for i in data["input_ids"]),
-            output_ids=tuple(int(i) for i in data["output_ids"]),
-            label_elements=int(data["label_elements"]),
-            unknown_layer_types=tuple(str(t) for t in data["unknown_layer_types"]),
-        )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"malformed profile: {exc}") from exc
 
 
 def cache_dir() -> Path:
