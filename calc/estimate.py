@@ -18,15 +18,15 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from calc.allocator import BFC
-from calc.kernels import im2col_buffer_bytes, matmul_upcasts
-from calc.optimizers import (
+from calc.facts.kernels import im2col_buffer_bytes, matmul_upcasts
+from calc.facts.optimizers import (
     EARLY_TEMPORARIES_ALIVE,
     branch_temporaries,
     early_temporaries,
     slots_per_variable,
     update_scratch,
 )
-from calc.rules import NOTHING, is_known_layer_type, rule_for
+from calc.facts.layers import NOTHING, is_known_layer_type, rule_for
 from calc.types import (
     Device,
     LayerStats,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
-from calc.rules import is_known_layer_type
+from calc.facts.layers import is_known_layer_type
 from calc.types import Device, LayerStats, ModelProfile, Optimizer, TrainingConfig, TrainMode
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -197,7 +197,7 @@ def _box_row(cells: list[list[str]]) -> _Row:
 def _full_type(shown: str, input_rank: int) -> str:
     """A type cut by the table's width ("GlobalAveragePoolin…"), completed from the known
     Keras types that begin with it; between 1D/2D/3D variants the input's rank decides."""
-    from calc.rules import LAYER_RULES
+    from calc.facts.layers import LAYER_RULES
 
     if not shown.endswith("…"):
         return shown
@@ -232,7 +232,7 @@ def _activation_from_name(layer_name: str) -> str | None:
 
 
 def _build(rows: list[_Row], connected: bool, name: str, activation: str) -> SummaryReading:
-    from calc.rules import is_known_layer_type
+    from calc.facts.layers import is_known_layer_type
 
     elements: list[int] = []
     ranks: list[int] = []

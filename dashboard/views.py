@@ -312,7 +312,7 @@ class FormulaNumbers:
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: int | None) -> FormulaNumbers:
     from calc import classic
     from calc.estimate import kernel_bytes_at, waits_for_all_gradients
-    from calc.optimizers import EARLY_TEMPORARIES_ALIVE, branch_temporaries, slots_per_variable
+    from calc.facts.optimizers import EARLY_TEMPORARIES_ALIVE, branch_temporaries, slots_per_variable
 
     config = config_of(inputs)
     b = estimate_memory(profile, config)

@@ -6,7 +6,7 @@ import streamlit as st
 
 from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
-from calc.optimizers import applicable_options
+from calc.facts.optimizers import applicable_options
 from dashboard.state import (
     DEVICES,
     FIELD_NAMES,

@@ -17,7 +17,7 @@ from calc.estimate import (
     step_timeline,
     untracked_below,
 )
-from calc.optimizers import slots_per_variable
+from calc.facts.optimizers import slots_per_variable
 from calc.types import Device, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from tests.profiles import chain_profile
 
@@ -290,7 +290,7 @@ def test_fit_on_gpu_agrees_with_its_parts():
 
 # --- update temporaries made before the gradient, grouped-conv XLA scratch, merged twins ---
 
-from calc.optimizers import early_temporaries  # noqa: E402
+from calc.facts.optimizers import early_temporaries  # noqa: E402
 from calc.types import LayerStats, ModelProfile  # noqa: E402
 
 
@@ -358,7 +358,7 @@ def test_the_last_update_counts_its_pending_gradient_once(optimizer, scratch):
     # update's scratch (UPDATE_SCRATCH, the gradient included) adds only the buffers beyond
     # the gradient, less the early temporaries already counted. An MLP whose first kernel
     # dominates peaks there (mlp.keras b64 sgd was +45 % with the gradient counted twice).
-    from calc.optimizers import early_temporaries
+    from calc.facts.optimizers import early_temporaries
 
     mlp = chain_profile(sizes=(4096, 64, 64), types=("Dense",) * 3,
                         weights=((4096 * 8192,), (64 * 64,), (64 * 64,)), head_weights=(640,))
@@ -558,7 +558,7 @@ def test_an_embeddings_gradient_is_its_looked_up_rows_not_its_table(optimizer, m
     # update's scratch beyond the early temporaries) where they mix it with a slot, and run
     # one element-wise op on the rows (Adam's square, SGD's lr * g). Plain SGD scatters
     # lr * rows into the table: nothing table-sized.
-    from calc.optimizers import update_scratch
+    from calc.facts.optimizers import update_scratch
 
     tokens, width, vocabulary, batch = 64, 256, 8192, 16
     profile = chain_profile(sizes=(tokens * width, width, 16), types=("Embedding", "GlobalAveragePooling1D", "Dense"),

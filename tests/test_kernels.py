@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from calc.estimate import counted_bytes, estimate_memory
-from calc.kernels import im2col_buffer_bytes, matmul_upcasts
+from calc.facts.kernels import im2col_buffer_bytes, matmul_upcasts
 from calc.types import LayerStats, ModelProfile, TrainingConfig
 
 MIB = 2 ** 20

@@ -1,4 +1,5 @@
-"""Temporaries of TensorFlow's float16 CPU kernels, which oneDNN does not take over.
+"""Temporaries of TensorFlow's float16 CPU kernels, which oneDNN does not take over, and of
+XLA's filter gradient for grouped convolutions.
 
 With oneDNN on (the default x86-64 build), float32 and bfloat16 convolutions and
 matrix products run as oneDNN primitives with little scratch of their own. float16 has
@@ -17,28 +18,30 @@ kernels run, and two of them allocate large temporaries through the allocator:
   (three buffers, live together while it runs), in the forward pass and in both
   gradient products.
 
-Measured one op at a time on this machine (``python benchmarks/probe_f16_kernels.py``):
+Measured one op at a time on this machine (``archive/probes/probe_f16_kernels.py``):
 the buffer sizes above to 0.1 MiB (before the pool's chunk rounding), and none of it
 under float32 or mixed_bfloat16. Traced in real steps: NASNetMobile 96 px b4 and
 MobileNetV2 96 px b2 peak at a ``Conv2DBackpropInput`` buffer of [165, 2209, 32] and
-[157, 576, 144] (docs/MEASUREMENTS.md, stop 12).
+[157, 576, 144] (docs/notes/float16-kernels.md). Which layer types run these kernels:
+``float16_im2col`` and ``float16_matmul`` in ``calc.facts.layers``.
 """
 
 from __future__ import annotations
 
 import math
 
-from calc.types import LayerStats
+from calc.facts.dtypes import FLOAT32, HALF
+from calc.facts.layers import layer_rule
+from calc.types import Device, LayerStats, ModelProfile
 
-HALF = 2
-FLOAT32 = 4
 # tensorflow/core/kernels/conv_grad_*_ops.cc: l3_cache_size = 30 MiB, l2 = 256 KiB.
 WORKING_SET_BYTES = 30 << 20
 PARALLEL_UNIT_BYTES = 256 << 10
-# Layer types whose backward runs Conv2DBackpropFilter / Conv2DBackpropInput (for
-# SeparableConv2D: its pointwise 1x1 convolution).
-IM2COL_TYPES = ("Conv2D", "SeparableConv2D")
-MATMUL_TYPES = ("Dense",)
+# A float16 kernel buffer of this share of the peak or more makes it a spread caveat
+# (``calc.estimate.spread_caveats``): of the 261 validation cases it was chosen on, the 15
+# such steps were off by -15.9 % to +4.9 % (an 18.8 % margin covered their runs), the 119
+# without any caveat -6.4 % to +8.6 % (12.0 %).
+FLOAT16_BUFFER_SHARE = 0.1
 
 
 def _pointwise(layer: LayerStats, in_channels: int) -> tuple[int, int, int] | None:
@@ -47,7 +50,7 @@ def _pointwise(layer: LayerStats, in_channels: int) -> tuple[int, int, int] | No
         return None
     weights = layer.trainable_weight_elements or layer.non_trainable_weight_elements
     out_h, out_w, out_c = layer.output_shapes[0]
-    if layer.layer_type == "SeparableConv2D":
+    if layer_rule(layer.layer_type).separable:
         if len(weights) < 2 or not out_c or weights[1] % out_c:
             return None
         return out_h * out_w, weights[1] // out_c, out_c
@@ -66,7 +69,7 @@ def im2col_buffer_bytes(layer: LayerStats, in_channels: int, filter_grad: bool, 
     ``in_channels``: channels of the layer's input; ``filter_grad`` / ``input_grad``:
     which of the two gradient ops run. 0 for other layers and grouped convolutions.
     """
-    if layer.layer_type not in IM2COL_TYPES or not (filter_grad or input_grad):
+    if not layer_rule(layer.layer_type).float16_im2col or not (filter_grad or input_grad):
         return 0
     dims = _pointwise(layer, in_channels)
     if dims is None:
@@ -89,9 +92,53 @@ def matmul_upcasts(layer: LayerStats, in_elements: int, out_elements: int) -> tu
     input gradient, kernel gradient) makes one kernel-sized and two per-sample buffers of
     these sizes. (0, ()) for other layers.
     """
-    if layer.layer_type not in MATMUL_TYPES:
+    if not layer_rule(layer.layer_type).float16_matmul:
         return 0, ()
     weights = layer.trainable_weight_elements or layer.non_trainable_weight_elements
     if not weights:
         return 0, ()
     return FLOAT32 * weights[0], (FLOAT32 * in_elements, FLOAT32 * out_elements)
+
+
+# Keras 3 runs a grouped Conv2D (groups > 1) on TensorFlow through
+# ``tf.function(jit_compile=True)`` (``grouped_by_xla`` in ``calc.facts.layers``). When
+# every group has one input channel (a depthwise conv written as Conv2D(C, k, groups=C),
+# as in ConvNeXt), XLA's filter gradient on the CPU expands to a dense k x k x C_in x
+# C_out filter: measured (archive/probes/probe_grouped_conv.py), a 7x7 Conv2D with
+# groups = channels added 2.0-2.6 dense float32 filters to the step (C = 128-512),
+# independent of the batch and spatial size; 2 channels per group added nothing, nor does
+# DepthwiseConv2D (not compiled). ConvNeXtTiny at 224 px, SGD, batch 4 and 12: measured
+# 1090 / 2592 MiB, i.e. 339 MiB batch-independent of which 107 resident, leaving ~2.1 of
+# its largest dense filter (110 MiB). Modelled as two dense filters (the low end) while
+# that layer's gradient runs.
+XLA_DEPTHWISE_FILTER_GRAD = 2.0
+
+
+def grouped_depthwise_scratch(layer: LayerStats, profile: ModelProfile, device: Device) -> int:
+    """Bytes of XLA's dense filter gradient for a Conv2D with one input channel per group.
+
+    Keras compiles grouped convolutions with XLA on every device; XLA's GPU backend hands
+    them to cuDNN's grouped convolution, so only the CPU has this filter: on an H100,
+    ConvNeXtBase 128 px b1 sgd peaked at 489 MiB against 955 on the CPU
+    (``calc/data/gpu_tf_h100.json``), about its two dense 7x7x1024x1024 filters.
+
+    The dense filter is float32 under every precision: ``archive/probes/probe_grouped_conv.py
+    dw C=512 n=2`` added 120 MiB to the step under float32 and mixed_bfloat16 alike (and
+    134 under mixed_float16), 2.4-2.7 dense float32 filters of 49 MiB; sized in the
+    16-bit compute dtype, ConvNeXtTiny 160 px b8 adam was -11.3 % (bf16) and -7.3 % (f16).
+    """
+    if (device is Device.GPU or not layer_rule(layer.layer_type).grouped_by_xla or not layer.trainable_weight_elements
+            or len(layer.input_ids) != 1):
+        return 0
+    kernel_size = layer.detail_ints("kernel_size")
+    strides = layer.detail_ints("strides") or (1,)
+    if not kernel_size or not layer.output_shapes or len(layer.output_shapes[0]) < 2:
+        return 0
+    k = math.prod(kernel_size)
+    c_out = layer.output_shapes[0][-1]
+    per_group_in = layer.trainable_weight_elements[0] // max(1, k * c_out)
+    spatial_out = math.prod(layer.output_shapes[0][:-1])
+    c_in = profile.tensor_elements[layer.input_ids[0]] // max(1, spatial_out * math.prod(strides))
+    if per_group_in != 1 or c_in <= 1 or k * c_out != layer.trainable_weight_elements[0]:
+        return 0
+    return int(XLA_DEPTHWISE_FILTER_GRAD * FLOAT32 * k * c_in * c_out)
