@@ -50,7 +50,7 @@ class Device(str, enum.Enum):
     matrix-product buffers, XLA's dense filter gradient for grouped convolutions).
     ``cpu_fp16``: a CPU with AVX512-FP16 (Intel Sapphire Rapids and later), where oneDNN
     runs float16 convolutions and matrix products itself, so without those float16
-    buffers (``benchmarks/probe_f16_kernels.py`` measures none there); XLA's filter
+    buffers (``archive/probes/probe_f16_kernels.py`` measured none there); XLA's filter
     gradient as on any CPU. ``calc.measure.local_cpu_device`` says which this machine is.
     ``gpu``: cuDNN and cuBLAS, which have neither (measured on an H100:
     ``calc/data/gpu_tf_h100.json``); their workspaces are not modelled.
@@ -233,11 +233,11 @@ class MemoryBreakdown:
     activations_bytes: int
     backward_transient_bytes: int
     input_batch_bytes: int
-    other_bytes: int  # optimizer update temporaries beyond the running update's (calc.optimizers.EARLY_TEMPORARIES, BRANCH_TEMPORARIES)
+    other_bytes: int  # optimizer update temporaries beyond the running update's (calc.facts.optimizers: early_temporaries, branch_temporaries)
     peak_phase: str = ""
     # Whole chunks the BFC allocator hands out beyond the tensors' sizes, where a
-    # simulation of it at this batch says more than the walk (calc.allocator,
-    # calc.estimate._floored).
+    # simulation of it at this batch says more than the walk (calc.engine.allocator,
+    # calc.engine.floors.floored).
     allocator_bytes: int = 0
 
     @property

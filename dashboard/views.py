@@ -88,7 +88,7 @@ def curve_batches(top: int, step: int, marks: tuple[int, ...], *, dense: int = 3
     Every batch up to ``dense`` devices' worth, then about ``points`` log-spaced ones up
     to ``top`` (5 % apart up to 4096), plus the marked batches (current, largest that fits, the
     next one). Every drawn point is the engine's estimate at that batch, which replays
-    the step through the allocator simulation (calc/estimate.py ``_floored``, 1-7 ms a
+    the step through the allocator simulation (``calc.engine.floors.floored``, 1-7 ms a
     batch for catalogue models), so the count is what a change of model or optimizer
     costs. Between chunk-size switches the walk is linear in the batch and the drawn
     line is exact; where the simulated allocator makes the peak jump between
@@ -293,11 +293,11 @@ class FormulaNumbers:
     slots: int
     reset_constant_params: int  # zeros constants that reset gradient accumulators (0 without accumulation)
     early_per_param: int  # optimizer temporaries made before the gradient, per trainable parameter
-    early_alive: float  # the share of them the peak holds (calc.optimizers.EARLY_TEMPORARIES_ALIVE)
+    early_alive: float  # the share of them the peak holds (calc.facts.optimizers.EARLY_TEMPORARIES_ALIVE)
     waits_for_all: bool  # mixed_float16: every update waits for every gradient (the loss scale's cond)
     branch_per_param: float  # then: update temporaries per parameter held together (BRANCH_TEMPORARIES)
     breakdown: MemoryBreakdown
-    half_kernel_bytes: int  # mixed_float16: the float16 CPU kernels' buffers of the layer at the peak (calc.kernels)
+    half_kernel_bytes: int  # mixed_float16: the float16 CPU kernels' buffers of the layer at the peak (calc.facts.kernels)
     kept_per_sample: int
     neurons: int
     input_elements: int

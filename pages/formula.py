@@ -30,7 +30,7 @@ if n.waits_for_all:
     update_text = (f"when that branch starts, the updates of all variables are ready at once, and the peak holds "
                    f"update temporaries of many of them together: measured on Dense chains, about "
                    f"{n.branch_per_param:g} per trainable parameter for `{inputs.optimizer}` beyond the gradient "
-                   f"(`calc.optimizers.BRANCH_TEMPORARIES`; the runs scatter, `docs/MEASUREMENTS.md`, stop 12): "
+                   f"(`branch_temporaries` in `calc.facts.optimizers`; the runs scatter, `docs/MEASUREMENTS.md`, stop 12): "
                    f"{n.branch_per_param:g} × {n.trainable_params:,} × 4 B, or one update's scratch if that is larger, "
                    f"counted when the update is the peak")
 else:
@@ -47,7 +47,7 @@ if n.half_kernel_bytes:
     half_text = (f"; {f(n.half_kernel_bytes)} of it are buffers of TensorFlow's own float16 CPU kernels, which run "
                  "because oneDNN has no float16 path: a convolution's gradient im2cols a shard of the batch into one "
                  "buffer of [⌈15 Mi / unit⌉, output pixels, filter size] float16 elements (about 30 MiB whatever the "
-                 "batch), and a Dense layer's MatMul copies its operands and result to float32 (`calc.kernels`)")
+                 "batch), and a Dense layer's MatMul copies its operands and result to float32 (`calc.facts.kernels`)")
 
 st.header("1. What this tool computes")
 st.latex(r"M_{peak} = W + S + G_{live} + U + B \cdot a_{kept} + T + X + R")

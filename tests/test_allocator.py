@@ -1,10 +1,10 @@
-"""The BFC allocator model (calc.allocator) and how the estimate uses it, on hand cases."""
+"""The BFC allocator model (calc.engine.allocator) and how the estimate uses it, on hand cases."""
 
 import pytest
 
-from calc.allocator import BFC, bin_for, rounded
+from calc.engine.allocator import BFC, bin_for, rounded
+from calc.engine.resident import resident_pool
 from calc.estimate import (
-    _resident_pool,
     allocator_peak,
     counted_bytes,
     estimate_memory,
@@ -113,16 +113,16 @@ def test_a_random_kernel_is_drawn_and_scaled_before_the_variable_copies_it():
     kernel = 4096 * 4096
     config = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")
     dense = chain_profile(sizes=(4096,), types=("Dense",), weights=((kernel,),), head_weights=(40960,), backbone_layers=1)
-    pool = _resident_pool(dense, config)
+    pool = resident_pool(dense, config)
     assert (pool.peak, pool.in_use) == (192 * MIB, 64 * MIB)
     ones = chain_profile(sizes=(4096,), types=("LayerNormalization",), weights=((kernel,),), head_weights=(40960,),
                          backbone_layers=1)
-    pool = _resident_pool(ones, config)
+    pool = resident_pool(ones, config)
     assert (pool.peak, pool.in_use) == (64 * MIB, 64 * MIB)
     # The trained head: its kernel drawn and scaled (freed), then Adam's two zero slots, no copies.
     head = chain_profile(sizes=(4096,), types=("LayerNormalization",), weights=((64,),), head_weights=(kernel,),
                          backbone_layers=1)
-    pool = _resident_pool(head, TrainingConfig(batch_size=8, optimizer="adam", train_mode="frozen_backbone"))
+    pool = resident_pool(head, TrainingConfig(batch_size=8, optimizer="adam", train_mode="frozen_backbone"))
     assert (pool.peak, pool.in_use) == (3 * 64 * MIB, 3 * 64 * MIB)  # draw + scaled + kernel, then kernel + 2 slots
 
 
@@ -143,7 +143,9 @@ def test_full_training_counts_whole_chunks_where_the_simulation_says_more():
 
 
 def test_full_training_takes_what_every_history_agrees_on_and_frozen_steps_the_larger():
-    from calc.estimate import _allocator_peaks, _fresh_peak, _without_batch, plan_step
+    from calc.engine.floors import allocator_peaks, fresh_peak
+    from calc.engine.training import without_batch
+    from calc.estimate import plan_step
 
     # A 20 MiB kernel: drawn and scaled before the variable copies it in one history,
     # made from one value in the other, so the two pools differ.
@@ -153,21 +155,22 @@ def test_full_training_takes_what_every_history_agrees_on_and_frozen_steps_the_l
         for batch in (1, 3, 8, 20):
             config = TrainingConfig(batch_size=batch, optimizer="adam", **mode)
             walk = max(m.total(batch) for m in plan_step(profile, config).moments)
-            base = _without_batch(config)
-            peaks = _allocator_peaks(profile, base, batch)
-            floor = max(peaks) if mode else min(*peaks, _fresh_peak(profile, base, batch))
+            base = without_batch(config)
+            peaks = allocator_peaks(profile, base, batch)
+            floor = max(peaks) if mode else min(*peaks, fresh_peak(profile, base, batch))
             assert estimate_memory(profile, config).peak_bytes == max(walk, floor)
             decided += min(peaks) != max(peaks) and floor > walk
     assert decided >= 4  # the pick matters in both modes
 
 
 def test_the_fresh_history_is_the_step_in_new_regions_past_the_counted_variables():
-    from calc.estimate import _fresh_peak, _without_batch
+    from calc.engine.floors import fresh_peak
+    from calc.engine.training import without_batch
 
     # The stem's variables are untracked: its step starts from the allocator's first
     # 2 MiB region, as in the test above (177 MiB at batch 8).
-    config = _without_batch(TrainingConfig(batch_size=8, optimizer="adam"))
-    assert _fresh_peak(frozen_stem(), config, 8) == 177 * MIB
+    config = without_batch(TrainingConfig(batch_size=8, optimizer="adam"))
+    assert fresh_peak(frozen_stem(), config, 8) == 177 * MIB
 
 
 @pytest.mark.parametrize("mode", [{}, {"train_mode": "frozen_backbone"}, {"train_mode": "last_n", "last_n_layers": 1}])
@@ -240,7 +243,7 @@ def test_two_identical_paddings_of_one_input_are_one_tensor():
     timeline = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
     image, pad = counted_bytes(4 * MAP * 8), counted_bytes(4 * padded * 8)
     # pad_b is pad_a's tensor and hands its reader b to pad_a, after pad_a's own a: the
-    # executor runs the last of those first (_executor_order), b, then a, then the Add.
+    # executor runs the last of those first (executor_order), b, then a, then the Add.
     # After pad_a the stem's output is dead.
     assert [name for name, _ in timeline.items()][1:5] == [f"forward {n}" for n in ("pad_a", "b", "a", "add")]
     assert timeline["forward pad_a"] == 2 * image + pad
@@ -293,7 +296,7 @@ def test_mixed_inference_casts_each_kernel_at_the_start_and_frees_it_after_its_l
     image, half = counted_bytes(4 * MAP * 8), counted_bytes(2 * MAP * 8)
     kernel = counted_bytes(2 * 147456)  # the 16-bit copy of the conv's float32 kernel
     # The variable itself, in the chunk the simulated pool gave it (a frozen step).
-    weights = _resident_pool(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")).in_use
+    weights = resident_pool(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")).in_use
     # The conv: the float32 image, its 16-bit cast for the layer, the output, the kernel copy.
     assert mixed["forward l0"] == weights + image + half + half + kernel
     # After the conv the copy is gone: image + conv output + BN's float32 copy.
@@ -301,15 +304,15 @@ def test_mixed_inference_casts_each_kernel_at_the_start_and_frees_it_after_its_l
 
 
 def test_the_walk_follows_the_graph_even_when_the_ledger_lists_a_reader_first():
-    from calc.estimate import _executor_order
+    from calc.engine.order import executor_order
 
     shape = ((112, 112, 64),)
     late = LayerStats("late", "ReLU", (2,), (1,), shape)  # reads the next row's output
     early = LayerStats("early", "Conv2D", (0,), (2,), shape, (1728,))
-    assert _executor_order((late, early), [-1, 0, 1]) == [1, 0]
+    assert executor_order((late, early), [-1, 0, 1]) == [1, 0]
     # Rows that read each other (no graph Keras builds) keep the ledger's order.
     loop = LayerStats("loop", "Conv2D", (1,), (2,), shape, (1728,))
-    assert _executor_order((late, loop), [-1, 0, 1]) == [0, 1]
+    assert executor_order((late, loop), [-1, 0, 1]) == [0, 1]
 
 
 def _pad_then_conv(kernel_elements: int) -> ModelProfile:
@@ -394,7 +397,7 @@ def test_inference_biased_conv_read_only_by_an_add_is_fused_into_it_on_the_cpu()
 
 
 def test_on_the_cpu_an_op_onednn_rewrites_runs_before_one_it_does_not():
-    from calc.estimate import _executor_order
+    from calc.engine.order import executor_order
 
     # ResNetV2's last block of a stage: the block input feeds the next BatchNormalization
     # (first in Keras' order) and the shortcut's MaxPooling2D.
@@ -407,16 +410,16 @@ def test_on_the_cpu_an_op_onednn_rewrites_runs_before_one_it_does_not():
         LayerStats("add", "Add", (4, 3), (5,), shape),
     )
     producer = [-1, 0, 1, 2, 3, 4]
-    assert _executor_order(layers, producer, onednn=True) == [0, 3, 1, 2, 4]
-    assert _executor_order(layers, producer) == [0, 1, 2, 3, 4]
+    assert executor_order(layers, producer, onednn=True) == [0, 3, 1, 2, 4]
+    assert executor_order(layers, producer) == [0, 1, 2, 3, 4]
     # Between two rewritten ops the first in Keras' order runs first (Xception).
     convs = (layers[0], LayerStats("c1", "Conv2D", (1,), (2,), shape, (65536,)),
              LayerStats("c2", "Conv2D", (1,), (3,), shape, (65536,)), LayerStats("add", "Add", (2, 3), (4,), shape))
-    assert _executor_order(convs, [-1, 0, 1, 2, 3], onednn=True) == [0, 1, 2, 3]
+    assert executor_order(convs, [-1, 0, 1, 2, 3], onednn=True) == [0, 1, 2, 3]
 
 
 def test_on_the_cpu_a_relu_merged_by_cse_hands_its_consumers_to_its_twin():
-    from calc.estimate import _executor_order
+    from calc.engine.order import executor_order
 
     # NASNet's stem: one map x, read by two identical relus (one node after CSE). The kept
     # relu feeds a 1x1 conv; the merged one an average pool (rewritten) and a pad (not).
@@ -433,12 +436,12 @@ def test_on_the_cpu_a_relu_merged_by_cse_hands_its_consumers_to_its_twin():
     # The relu's out-edges: its own conv, then the handed pad and pool; the rewritten
     # (conv, pool) moved to the end; the last runs first, then last-in first-out:
     # pool, conv, pad. The merged relu itself does nothing, after its producer.
-    order = _executor_order(layers, producer, onednn=True, twin_of={3: 1})
+    order = executor_order(layers, producer, onednn=True, twin_of={3: 1})
     assert [layers[i].name for i in order if i != 3] == ["x", "relu", "pool", "conv", "pad"]
     # Without the merge (or on a GPU) each relu feeds its own consumers, in Keras' order.
-    plain = _executor_order(layers, producer, onednn=True)
+    plain = executor_order(layers, producer, onednn=True)
     assert [layers[i].name for i in plain] == ["x", "relu", "conv", "relu_twin", "pool", "pad"]
-    assert _executor_order(layers, producer, twin_of={3: 1}) == _executor_order(layers, producer)
+    assert executor_order(layers, producer, twin_of={3: 1}) == executor_order(layers, producer)
 
 
 def test_a_step_with_a_frozen_part_counts_the_variables_in_their_simulated_chunks():
@@ -447,7 +450,7 @@ def test_a_step_with_a_frozen_part_counts_the_variables_in_their_simulated_chunk
     profile = chain_profile(sizes=(MAP,) * 3, weights=((8 << 20, 512), (), ()), head_weights=(640, 10),
                             backbone_layers=3)
     frozen = TrainingConfig(batch_size=8, optimizer="sgd", train_mode="frozen_backbone")
-    pool = _resident_pool(profile, frozen)
+    pool = resident_pool(profile, frozen)
     assert estimate_memory(profile, frozen).weights_bytes == pool.in_use >= 4 * (8 << 20)
     full = TrainingConfig(batch_size=8, optimizer="sgd")
     assert estimate_memory(profile, full).weights_bytes == counted_bytes(4 * (8 << 20)) + counted_bytes(4 * 512)
@@ -458,7 +461,9 @@ def test_inference_swish_leaves_its_result_in_a_new_buffer_and_frees_the_input()
     # Traced (EfficientNetB0 frozen): the activation allocates its result and the conv
     # output it read is freed after; the walk's bytes are those of writing in place
     # beside one temporary, the surviving allocation is the new one.
-    from calc.estimate import _simulate, _without_batch
+    from calc.engine.events import Alloc, Free, Mark, Phase, Step
+    from calc.engine.training import without_batch
+    from calc.engine.walk import simulate
 
     shape = ((112, 112, 64),)
     layers = (
@@ -471,12 +476,12 @@ def test_inference_swish_leaves_its_result_in_a_new_buffer_and_frees_the_input()
     one = counted_bytes(4 * MAP * 8)
     for device, survives in (("cpu", "new"), ("gpu", "input")):
         config = TrainingConfig(batch_size=8, train_mode="frozen_backbone", device=device)
-        events = _simulate(profile, _without_batch(config), record=True)[2]
-        at = events.index(("m", "forward act"))
-        conv_out = [e[1] for e in events[:events.index(("m", "forward conv"))]
-                    if e[0] == "a" and e[2] == 4 * MAP][-1]  # after the image's
-        after = events[at + 1:events.index(("m", "forward conv2"))]
-        freed = {e[1] for e in after if e[0] == "f"}
+        events = simulate(profile, without_batch(config), record=True).events
+        at = events.index(Mark(Phase(Step.FORWARD, "act")))
+        conv_out = [e.id for e in events[:events.index(Mark(Phase(Step.FORWARD, "conv")))]
+                    if isinstance(e, Alloc) and e.per_sample == 4 * MAP][-1]  # after the image's
+        after = events[at + 1:events.index(Mark(Phase(Step.FORWARD, "conv2")))]
+        freed = {e.id for e in after if isinstance(e, Free)}
         assert (conv_out in freed) == (survives == "new")
     cpu = dict(step_timeline(profile, TrainingConfig(batch_size=8, train_mode="frozen_backbone")))
     assert cpu["forward act"] == 3 * one  # image, the conv output, the result
@@ -486,7 +491,9 @@ def test_the_walk_frees_the_tensor_that_dies_not_the_oldest_of_its_size():
     # conv0 -> conv1 -> conv2, Add(conv0, conv2), frozen, every map one size: after conv2
     # it is conv1's output that dies, while conv0's lives on for the Add. The allocator
     # simulation sees allocations by identity, so the freed event must be conv1's.
-    from calc.estimate import _simulate, _without_batch
+    from calc.engine.events import Alloc, Free, Mark, Phase, Step
+    from calc.engine.training import without_batch
+    from calc.engine.walk import simulate
 
     shape = ((112, 112, 64),)
     layers = (
@@ -497,12 +504,15 @@ def test_the_walk_frees_the_tensor_that_dies_not_the_oldest_of_its_size():
         LayerStats("head", "Dense", (4,), (5,), ((10,),), (640, 10), activation="softmax"),
     )
     profile = ModelProfile("ids", (112, 112, 64), layers, (MAP,) * 5 + (10,), (0,), (5,))
-    events = _simulate(profile, _without_batch(TrainingConfig(batch_size=8, train_mode="frozen_backbone")),
-                       record=True)[2]
+    events = simulate(profile, without_batch(TrainingConfig(batch_size=8, train_mode="frozen_backbone")),
+                       record=True).events
+
+    def moment(name):
+        return events.index(Mark(Phase(Step.FORWARD, name)))
 
     def made_by(name):  # the id of the last per-sample allocation before the layer's moment
-        return [e[1] for e in events[:events.index(("m", f"forward {name}"))] if e[0] == "a" and e[2] == 4 * MAP][-1]
+        return [e.id for e in events[:moment(name)] if isinstance(e, Alloc) and e.per_sample == 4 * MAP][-1]
 
-    after_conv2 = events[events.index(("m", "forward conv2")) + 1:events.index(("m", "forward add"))]
-    assert [e[1] for e in after_conv2 if e[0] == "f"] == [made_by("conv1")]
-    assert made_by("conv0") not in {e[1] for e in after_conv2}
+    after_conv2 = events[moment("conv2") + 1:moment("add")]
+    assert [e.id for e in after_conv2 if isinstance(e, Free)] == [made_by("conv1")]
+    assert made_by("conv0") not in {e.id for e in after_conv2 if isinstance(e, (Alloc, Free))}

@@ -94,7 +94,7 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     assert list(together) == ["updates_together"] and together["updates_together"] > 0
     assert caveats("--model", "ResNet50", "--batch-size", "32", "--precision", "mixed_float16", "--device", "cpu") == {}
     # A small mixed_float16 step peaks while a float16 convolution gradient holds its im2col
-    # buffer (13-30 MiB whatever the batch, calc.kernels); under mixed_bfloat16 oneDNN has none.
+    # buffer (13-30 MiB whatever the batch, calc.facts.kernels); under mixed_bfloat16 oneDNN has none.
     small = ("--model", "MobileNetV3Small", "--image-size", "128", "--batch-size", "2")
     buffer = caveats(*small, "--precision", "mixed_float16", "--device", "cpu")
     assert list(buffer) == ["float16_buffer"] and 16 * 2**20 < buffer["float16_buffer"] <= 40 * 2**20

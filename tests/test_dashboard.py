@@ -359,7 +359,7 @@ def test_formula_names_the_float16_kernel_buffers_of_the_peak_layer():
     b = estimate_memory(profile, config)
     assert b.peak_phase.startswith("backward ")
     buffers = float16_kernel_bytes(profile, config)[b.peak_phase.removeprefix("backward ")][1]
-    assert buffers > 20 * 2**20  # the im2col buffer of a 1x1 conv's gradient (calc.kernels)
+    assert buffers > 20 * 2**20  # the im2col buffer of a 1x1 conv's gradient (calc.facts.kernels)
     text = next(m.value for m in at.markdown if "T, backward transients" in m.value)
     line = next(l for l in text.splitlines() if "T, backward transients" in l)
     assert "float16 CPU kernels" in line and "im2col" in line

@@ -5,9 +5,6 @@ from dataclasses import replace
 import pytest
 
 from calc.estimate import (
-    ALLOCATION_GRANULE,
-    FRAGMENTATION,
-    UNTRACKED_BELOW,
     counted_bytes,
     estimate_memory,
     float16_kernel_bytes,
@@ -17,6 +14,7 @@ from calc.estimate import (
     step_timeline,
     untracked_below,
 )
+from calc.facts.allocator import ALLOCATION_GRANULE, FRAGMENTATION, UNTRACKED_BELOW
 from calc.facts.optimizers import slots_per_variable
 from calc.types import Device, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from tests.profiles import chain_profile
@@ -67,10 +65,11 @@ def test_small_requests_count_on_a_gpu_only():
 
 
 def test_replay_counts_small_requests_without_placing_them():
-    from calc.allocator import BFC
+    from calc.engine.allocator import BFC
+    from calc.engine.events import Alloc, Free
     from calc.estimate import replay
 
-    events = [("a", 1, 0, 1000), ("a", 2, 0, 4 << 20), ("f", 1), ("a", 3, 0, 300), ("f", 2), ("f", 3)]
+    events = [Alloc(1, 0, 1000), Alloc(2, 0, 4 << 20), Free(1), Alloc(3, 0, 300), Free(2), Free(3)]
     gpu, cpu = BFC(), BFC()
     replay(gpu, events, 1, below=untracked_below(Device.GPU))
     replay(cpu, events, 1)
@@ -97,6 +96,19 @@ def test_slot_counts_follow_keras_options():
     assert slots_per_variable(Optimizer.RMSPROP, OptimizerOptions(momentum=True, centered=True), 1) == 3
     assert slots_per_variable(Optimizer.ADAMW, OptimizerOptions(use_ema=True), 4) == 4
 
+
+
+def test_every_optimizer_has_one_facts_entry_whose_options_are_real_switches():
+    # Adding an optimizer: a member of calc.types.Optimizer and its entry in calc.facts.optimizers.
+    import dataclasses
+
+    from calc.facts.optimizers import OPTIMIZERS, applicable_options
+
+    assert set(OPTIMIZERS) == set(Optimizer)
+    switches = {f.name for f in dataclasses.fields(OptimizerOptions)} - {"use_ema"}
+    for optimizer in Optimizer:
+        assert set(applicable_options(optimizer)) <= switches
+    assert applicable_options("rmsprop") == ["momentum", "centered"] and applicable_options("adam") == ["amsgrad"]
 
 def test_input_batch_is_float32_images_and_int64_labels():
     b = estimate_memory(PROFILE, TrainingConfig(batch_size=64, optimizer="sgd"))
@@ -271,10 +283,10 @@ def test_unknown_layer_types_are_reported_and_counted():
 def test_vector_and_scalar_allocator_rules_agree():
     import numpy as np
 
-    from calc.estimate import _counted_array
+    from calc.engine.counting import counted_array
 
     sizes = [0, 1, 262143, 262144, 262145, 10**6, 128 * 2**20 - 1, 128 * 2**20, 10**9]
-    assert _counted_array(np.array(sizes, dtype=np.int64)).tolist() == [expected_counted(n) for n in sizes]
+    assert counted_array(np.array(sizes, dtype=np.int64)).tolist() == [expected_counted(n) for n in sizes]
 
 
 def test_fit_on_gpu_agrees_with_its_parts():
@@ -316,12 +328,12 @@ def test_early_temporaries_are_alive_through_the_forward_pass():
     per_kernel = expected_counted(4 << 20)
     assert momentum.optimizer_state_bytes == 3 * per_kernel + expected_counted(4 * 40960)
     # The temporaries of the three kernels not yet updated, three quarters of each counted
-    # (calc.optimizers.EARLY_TEMPORARIES_ALIVE), in whole 256-byte granules.
+    # (calc.facts.optimizers.EARLY_TEMPORARIES_ALIVE), in whole 256-byte granules.
     assert momentum.other_bytes == 3 * (per_kernel * 3 // 4 // 256 * 256)
     assert momentum.peak_bytes > plain.peak_bytes + momentum.optimizer_state_bytes
     # Inside LossScaleOptimizer's cond (mixed_float16) they run only at the update, where the
     # branch's temporaries of every variable are counted instead (next test). Layers without
-    # spatial shapes, so that no float16 kernel buffer (calc.kernels) outgrows the update.
+    # spatial shapes, so that no float16 kernel buffer (calc.facts.kernels) outgrows the update.
     big = chain_profile(sizes=(4096,) * 3, types=("Conv2D",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
     f16 = estimate_memory(big, TrainingConfig(batch_size=1, optimizer="sgd", precision="mixed_float16",
                                               optimizer_options=OptimizerOptions(momentum=True)))
@@ -330,16 +342,16 @@ def test_early_temporaries_are_alive_through_the_forward_pass():
 
 
 @pytest.mark.parametrize("optimizer, options, per_variable, scratch", [
-    ("rmsprop", {}, 1.0, 3),  # three buffers per update (UPDATE_SCRATCH), one more per variable together
+    ("rmsprop", {}, 1.0, 3),  # three buffers per update (update_scratch), one more per variable together
     ("sgd", {}, 0.0, 1),
     ("sgd", {"momentum": True}, 0.7, 2),
     ("adadelta", {"use_ema": True}, 1.7 + 0.2, 5),
 ])
 def test_mixed_float16_updates_start_together(optimizer, options, per_variable, scratch):
     # The loss scale's cond needs every gradient; then every update is ready at once and the
-    # peak holds update temporaries of all variables (calc.optimizers.BRANCH_TEMPORARIES):
+    # peak holds update temporaries of all variables (branch_temporaries in calc.facts.optimizers):
     # counted per variable beyond its gradient, or one update's scratch if that is larger.
-    # (Layers without spatial shapes: no float16 kernel buffer, calc.kernels, outgrows it.)
+    # (Layers without spatial shapes: no float16 kernel buffer, calc.facts.kernels, outgrows it.)
     big = chain_profile(sizes=(4096,) * 3, types=("Conv2D",) * 3, weights=((1 << 20,),) * 3, head_weights=(40960,))
     b = estimate_memory(big, TrainingConfig(batch_size=1, optimizer=optimizer, precision="mixed_float16",
                                             optimizer_options=OptimizerOptions(**options)))
@@ -355,7 +367,7 @@ def test_mixed_float16_updates_start_together(optimizer, options, per_variable, 
 def test_the_last_update_counts_its_pending_gradient_once(optimizer, scratch):
     # float32: the updates follow the gradients (GRADIENT_LAG), so only the first layers'
     # updates are pending at the end. Their gradients are counted under gradients; the
-    # update's scratch (UPDATE_SCRATCH, the gradient included) adds only the buffers beyond
+    # update's scratch (update_scratch, the gradient included) adds only the buffers beyond
     # the gradient, less the early temporaries already counted. An MLP whose first kernel
     # dominates peaks there (mlp.keras b64 sgd was +45 % with the gradient counted twice).
     from calc.facts.optimizers import early_temporaries
@@ -438,8 +450,8 @@ def test_a_cpu_with_avx512_fp16_has_xlas_filter_but_not_the_float16_buffers():
 
 
 def test_the_local_cpu_kernels_are_read_from_the_cpu_flags(tmp_path):
-    from calc.measure import local_cpu_device
     from calc.types import Device
+    from calc.measure import local_cpu_device
 
     flags = "flags\t\t: fpu vme avx2 avx512f avx512bw {}amx_tile\n"
     older, newer = tmp_path / "older", tmp_path / "newer"
@@ -492,30 +504,17 @@ def test_identical_parameter_free_layers_on_one_input_are_merged():
 
 def test_one_walk_of_the_step_serves_every_batch_size(monkeypatch):
     from calc import estimate
+    from calc.engine import plan
 
     walks = []
-    real = estimate._simulate
-    monkeypatch.setattr(estimate, "_simulate", lambda p, c: walks.append(c.batch_size) or real(p, c))
-    estimate._plan.cache_clear()
+    real = plan.simulate
+    monkeypatch.setattr(plan, "simulate", lambda p, c: walks.append(c.batch_size) or real(p, c))
+    plan.cached_plan.cache_clear()
     profile = chain_profile()
     for batch in (1, 7, 64, 1000):
         estimate.estimate_memory(profile, TrainingConfig(batch_size=batch, optimizer="sgd"))
         estimate.max_batch_size(profile, TrainingConfig(batch_size=batch, optimizer="sgd"), 2**33)
     assert len(walks) == 1
-
-
-def test_recorded_events_mark_each_trained_layers_update_once():
-    # archive/probes/warmup_sim.py makes the first step's slot buffers at these marks.
-    from calc.estimate import _allocator_events
-
-    profile = chain_profile()
-    weighted = [i for i, layer in enumerate(profile.layers) if layer.trainable_weight_elements]
-    events = _allocator_events(profile, TrainingConfig(batch_size=1, optimizer="adam"))
-    assert sorted(ev[1] for ev in events if ev[0] == "u") == weighted
-    frozen = chain_profile(backbone_layers=3)
-    marks = [ev[1] for ev in _allocator_events(frozen, TrainingConfig(batch_size=1, optimizer="adam",
-                                                                       train_mode="frozen_backbone")) if ev[0] == "u"]
-    assert marks == [len(frozen.layers) - 1]  # the head alone trains
 
 
 def test_a_profiles_hash_is_computed_once_and_follows_equality():
@@ -577,16 +576,16 @@ def test_an_embeddings_gradient_is_its_looked_up_rows_not_its_table(optimizer, m
 
 
 def _moment(profile, config, phase):
-    from calc.estimate import _simulate
+    from calc.engine.walk import simulate
 
-    return next(m for m in _simulate(profile, config)[0] if m.phase == phase)
+    return next(m for m in simulate(profile, config).moments if str(m.phase) == phase)
 
 
 def test_an_input_kept_for_the_weight_gradient_alone_is_freed_before_the_input_gradient():
     # The executor runs Conv2DBackpropFilter before Conv2DBackpropInput; an input no one
     # else keeps is freed between them (traced: dcgan_discriminator b64, the LeakyReLU
     # output freed after the filter gradient, its buffer reused by the input gradient).
-    from calc.estimate import ACT, TRANS
+    from calc.engine.ledger import ACT, TRANS
 
     size, batch = 1 << 18, 4
     convs = chain_profile(sizes=(size,) * 3, types=("Conv2D",) * 3, weights=((9, 1),) * 3, head_weights=(10, 1))
@@ -603,7 +602,7 @@ def test_an_input_kept_for_the_weight_gradient_alone_is_freed_before_the_input_g
 def test_an_elementwise_gradient_writes_into_its_output_gradient():
     # ReluGrad / LeakyReluGrad forward the buffer of the incoming gradient (traced:
     # dcgan_discriminator b64, no allocation for LeakyReluGrad).
-    from calc.estimate import TRANS
+    from calc.engine.ledger import TRANS
 
     size, batch = 1 << 18, 4
     for kind in ("LeakyReLU", "ReLU"):
@@ -624,7 +623,8 @@ def test_a_1d_pools_input_gradient_stays_until_the_step_ends_above_a_bias(below,
     # input stays allocated until the step ends (traced: archive/probes/probe_pool1d.py, freed
     # in the step's last events); above a layer without a bias, or another pool, and for a
     # 2-D pool, it is freed when the layer below has run its backward.
-    from calc.estimate import TRANS, UPDATE_PHASE
+    from calc.engine.ledger import TRANS
+    from calc.estimate import UPDATE_PHASE
 
     size, batch = 1 << 18, 4
     kind, weights = {"Conv1D": ("Conv1D", (9, 1)), "Dense": ("Dense", (9, 1)),
@@ -653,7 +653,8 @@ def test_a_gradient_into_a_biased_sequence_layer_stays_until_the_step_ends(weigh
     # Dense layers on (batch, 1024, 32) sequences with a bias held every input gradient to
     # the step's end (traced, stop 21; unet1d's Conv1D too); without a bias, or on flat
     # vectors and 4-D maps, each is freed when the layer below has run its backward.
-    from calc.estimate import TRANS, UPDATE_PHASE
+    from calc.engine.ledger import TRANS
+    from calc.estimate import UPDATE_PHASE
 
     size, batch = 1 << 16, 4
     chain = chain_profile(sizes=(size,) * 3, types=("Dense",) * 3, weights=(weights,) * 3, head_weights=(10, 1))
@@ -667,7 +668,8 @@ def test_a_gradient_into_a_biased_sequence_layer_stays_until_the_step_ends(weigh
 def test_a_normalizations_input_gradient_is_not_held_by_the_bias_below():
     # conv1d_audio's BatchNormalization input gradients (a sum of three paths) flowed into
     # biased Conv1Ds and were freed as usual; only the normalization's own incoming one waits.
-    from calc.estimate import TRANS, UPDATE_PHASE
+    from calc.engine.ledger import TRANS
+    from calc.estimate import UPDATE_PHASE
 
     size, batch = 1 << 16, 4
     chain = _as_sequences(chain_profile(sizes=(size,) * 3, types=("Dense", "BatchNormalization", "Dense"),
@@ -681,7 +683,7 @@ def test_a_normalizations_input_gradient_is_not_held_by_the_bias_below():
 def test_a_sequence_concatenates_gradient_lives_until_its_earliest_input_is_reached(sequences):
     # unet1d (stop 21): the skip connection's slice of a Concatenate's gradient is taken
     # when the skip's producer runs its backward, so the whole gradient lives until then.
-    from calc.estimate import TRANS
+    from calc.engine.ledger import TRANS
     from calc.types import LayerStats
 
     size, batch = 1 << 16, 4
@@ -713,7 +715,8 @@ def test_a_dilated_conv1d_keeps_its_space_to_batch_copies_to_the_step_end(detail
     # weight gradient reads, and the copy its backward makes of the incoming gradient, were
     # freed in the step's last events (traced: tcn.keras b16 adam); a causal one's padded
     # copy is freed at its backward, like the shared input a plain Conv1D keeps.
-    from calc.estimate import ACT, TRANS, UPDATE_PHASE
+    from calc.engine.ledger import ACT, TRANS
+    from calc.estimate import UPDATE_PHASE
 
     size, batch = 1 << 16, 4
     chain = chain_profile(sizes=(size,) * 3, types=("Conv1D",) * 3, weights=((9, 1),) * 3, head_weights=(10, 1))
@@ -730,7 +733,8 @@ def test_a_dilated_conv1d_keeps_its_space_to_batch_copies_to_the_step_end(detail
 def test_dilated_conv1ds_that_pad_one_input_alike_share_its_copy(same_padding, copies):
     # WaveNet's gate pairs (two dilated causal Conv1Ds on one input) made one SpaceToBatchND
     # per pair (traced: wavenet_lite b16, 4 for 8 layers): TensorFlow merges identical ops.
-    from calc.estimate import ACT, UPDATE_PHASE
+    from calc.engine.ledger import ACT
+    from calc.estimate import UPDATE_PHASE
     from calc.types import LayerStats
 
     size, batch = 1 << 16, 4
@@ -830,7 +834,8 @@ def test_the_ema_temporary_is_alive_beside_the_update_not_part_of_it(optimizer):
     # scratch rather than being one of its buffers. Traced: MobileNetV2 96 px b2 Lion with
     # EMA, frozen backbone, peaked at the head's update with its gradient and four
     # kernel-sized products, m * beta_1, g * (1 - beta_1), m * beta_2, momentum * average.
-    from calc.estimate import UPDATE_PHASE, _alive_share
+    from calc.engine.training import alive_share
+    from calc.estimate import UPDATE_PHASE
 
     kernel_elements = 1 << 22  # a 16 MiB head kernel: the update is the step's peak
     profile = chain_profile(types=("Conv2D", "ReLU", "ReLU"), weights=((64,), (), ()), head_weights=(kernel_elements, 10))
@@ -842,4 +847,4 @@ def test_the_ema_temporary_is_alive_beside_the_update_not_part_of_it(optimizer):
     at_update = [_moment(profile, c, UPDATE_PHASE).total(batch) for c in (plain, ema)]
     # The average (one slot more) and its temporary, at the share of early temporaries
     # the peak holds; the update's own scratch is what it is without EMA.
-    assert abs(at_update[1] - at_update[0] - (kernel + _alive_share(kernel))) <= 256  # whole granules
+    assert abs(at_update[1] - at_update[0] - (kernel + alive_share(kernel))) <= 256  # whole granules

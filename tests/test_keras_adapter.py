@@ -60,7 +60,7 @@ def test_unknown_layer_is_reported(keras):
 
 
 def test_a_convolutions_dilation_and_causal_padding_are_recorded_only_when_set(keras):
-    # The engine reads them (calc.estimate._padded_conv1d); a default convolution's detail,
+    # The engine reads them (calc.engine.keeps.padded_conv1d); a default convolution's detail,
     # and so every Keras application's shipped ledger, stays as it was.
     from calc.keras_adapter import profile_model
 

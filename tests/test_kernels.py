@@ -1,4 +1,4 @@
-"""The float16 CPU kernels' temporaries (calc.kernels) and how the walk counts them."""
+"""The float16 CPU kernels' temporaries (calc.facts.kernels) and how the walk counts them."""
 
 from __future__ import annotations
 

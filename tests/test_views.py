@@ -31,7 +31,7 @@ def test_the_sampled_curve_draws_the_full_curve(model, optimizer):
     off = np.abs(drawn - full) / full
     # Drawn points 5 % apart: the walk is linear between the allocator's chunk-rule
     # switches (ResNet50: batch 167 -> 168 steps down 1.2 %), and the simulated allocator
-    # raises some batches by a few % over their neighbours (calc.estimate._floored), so
+    # raises some batches by a few % over their neighbours (calc.engine.floors.floored), so
     # the line between drawn points is a guide to within a step of either.
     assert np.quantile(off, 0.99) < 0.01 and off.max() < 0.03
 

@@ -36,7 +36,10 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import replace
 
-from calc.estimate import OPT, W, _raw_bytes, _simulate, estimate_memory, plan_step
+from calc.engine.counting import raw_bytes as _raw_bytes
+from calc.engine.ledger import OPT, W
+from calc.engine.walk import simulate as _simulate
+from calc.estimate import estimate_memory, plan_step
 from calc.measure import measure_once
 from calc.profiles import get_profile
 from calc.validation import CUSTOM_CASES, VALIDATION_CASES, case_id
@@ -134,8 +137,11 @@ INIT_OPS = ("AddV2", "Mul", "StatelessRandomUniformV2", "StatelessRandomNormalV2
 
 def history(sub: str, save: str | None) -> None:
     """Replays a process's real requests through ``calc.allocator.BFC``, whole and in swapped parts."""
-    from calc.allocator import BFC
-    from calc.estimate import _resident_pool, _resident_requests, _trainable_flags, _variable_elements
+    from calc.engine.allocator import BFC
+    from calc.engine.resident import resident_pool as _resident_pool
+    from calc.engine.resident import resident_requests as _resident_requests
+    from calc.engine.training import trainable_flags as _trainable_flags
+    from calc.engine.training import variable_elements as _variable_elements
 
     spec, config = find_case(sub)
     result = measure_once(spec, config, trace="history")

@@ -4,7 +4,7 @@ A tensor often occupies more than its size: the allocator grows its pool by regi
 whose size doubles, and hands a free chunk out whole unless it is at least twice the
 request or the remainder is at least 128 MiB. The peak it reports counts whole chunks,
 so a step's peak jumps by tens of MiB when one tensor crosses a chunk size, and is not
-monotonic in the batch (docs/BFC_SIM.md: a frozen MobileNetV2 stage measured 80 MiB at
+monotonic in the batch (docs/notes/allocator.md: a frozen MobileNetV2 stage measured 80 MiB at
 batch 8 and 64 MiB at batch 12; the full model 267 MiB at batch 24 and 447 at 28).
 
 The model follows ``tensorflow/tsl/framework/bfc_allocator.cc``:
@@ -21,8 +21,8 @@ The model follows ``tensorflow/tsl/framework/bfc_allocator.cc``:
 - a freed chunk merges with free neighbours in its region;
 - ``bytes_in_use`` and its peak count whole chunks.
 
-Pure Python: no TensorFlow. ``tests/test_allocator.py`` checks hand cases; ``benchmarks/bfc_sim.py``
-compares the engine with it against measurements.
+Pure Python: no TensorFlow. ``tests/test_allocator.py`` checks hand cases;
+``archive/probes/bfc_sim.py`` compared the engine with it against measurements.
 """
 
 from __future__ import annotations
@@ -30,15 +30,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-MIN_ALLOCATION = 256
-NUM_BINS = 21
-MAX_INTERNAL_FRAGMENTATION = 128 << 20
-INITIAL_REGION = 2 << 20
+from calc.facts.allocator import ALLOCATION_GRANULE, INITIAL_REGION, NUM_BINS, SPLIT_ALWAYS_ABOVE
 
 
 def rounded(nbytes: int) -> int:
     """The request size the allocator works with: a multiple of 256 bytes."""
-    return -(-nbytes // MIN_ALLOCATION) * MIN_ALLOCATION
+    return -(-nbytes // ALLOCATION_GRANULE) * ALLOCATION_GRANULE
 
 
 def bin_for(size: int) -> int:
@@ -94,7 +91,7 @@ class BFC:
             if i == len(entries):
                 continue
             c = entries.pop(i)[2]
-            if c.size >= 2 * r or c.size - r >= MAX_INTERNAL_FRAGMENTATION:
+            if c.size >= 2 * r or c.size - r >= SPLIT_ALWAYS_ABOVE:
                 rest = Chunk(c.ptr + r, c.size - r, prev=c, next=c.next)
                 if c.next is not None:
                     c.next.prev = rest
@@ -130,7 +127,7 @@ class BFC:
         return c
 
     def count(self, nbytes: int) -> None:
-        """Adds bytes in use (a chunk handed out, or a request counted without a place: ``calc.estimate.replay``)."""
+        """Adds bytes in use (a chunk handed out, or a request counted without a place: ``calc.engine.floors.replay``)."""
         self.in_use += nbytes
         if self.in_use > self.peak:
             self.peak = self.in_use
@@ -158,9 +155,10 @@ class BFC:
         Chunks handed out before the snapshot are in use in the copy and cannot be freed
         through it (the engine snapshots the resident variables, which a step never frees).
         """
-        layout = []
+        layout: list[tuple[tuple[int, int, bool], ...]] = []
         for head in self.heads:
-            chunks, c = [], head
+            chunks: list[tuple[int, int, bool]] = []
+            c: Chunk | None = head
             while c is not None:
                 chunks.append((c.ptr, c.size, c.in_use))
                 c = c.next
