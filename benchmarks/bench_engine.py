@@ -41,7 +41,7 @@ def timed(fn, runs=5):
 def main(names):
     import tensorflow  # noqa: F401  (import cost is reported apart from the build)
 
-    from calc.keras_adapter import build_model, profile_catalogue_model
+    from calc.keras.build import build_model, profile_catalogue_model
 
     print(f"{'model':18s} {'layers':>6s} {'build':>8s} {'profile':>8s} {'plan':>8s} {'estimate':>9s} "
           f"{'walk 1..4096':>13s} {'curve ~130':>11s} {'max-batch':>10s}")

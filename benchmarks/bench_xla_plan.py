@@ -1,7 +1,7 @@
 """How long XLA's plan takes here: compile seconds and the worker's peak memory per model,
 the cache hit, and ``max-batch --step xla``.
 
-    python benchmarks/bench_xla_plan.py [--models ResNet50,MobileNetV2,...] [--gpu t4]
+    python benchmarks/bench_xla.py [--models ResNet50,MobileNetV2,...] [--gpu t4]
 
 Each compile runs in a fresh child with an empty cache (a temporary ``CALC_CACHE_DIR``),
 at a batch no shipped plan holds, so every figure is a real compile on this machine. The
@@ -28,28 +28,30 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["CALC_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-xla-")
 
-    from calc import xla_plan
+    from calc import xla
     from calc.catalogue import lookup, make_spec
     from calc.estimate import estimate_memory
     from calc.gpus import lookup_gpu
     from calc.profiles import get_profile
     from calc.types import TrainingConfig
+    from calc.workers import plans
+    from calc.xla import cache, compute
 
-    if (reason := xla_plan.unavailable_reason()) is not None:
+    if (reason := xla.unavailable_reason()) is not None:
         raise SystemExit(reason)
     config = TrainingConfig(batch_size=args.batch, optimizer="adam", device="gpu")
-    print(f"XLA plan on {args.gpu}, batch {args.batch}, Adam, float32 ({os.cpu_count()} cores; {xla_plan.plan_versions()})")
+    print(f"XLA plan on {args.gpu}, batch {args.batch}, Adam, float32 ({os.cpu_count()} cores; {xla.plan_versions()})")
     print(f"{'model':16s} {'compile s':>9s} {'of it XLA':>9s} {'worker peak GiB':>15s} {'cache hit ms':>12s} "
           f"{'walk ms':>8s} {'plan MiB':>9s}")
     for name in args.models.split(","):
         spec = make_spec(name, lookup(name).default_size)
-        request = xla_plan.plan_request(spec, config, xla_plan.target_for(args.gpu))
+        request = cache.plan_request(spec, config, xla.target_for(args.gpu))
         started = time.perf_counter()
-        raw = xla_plan.run_child(request)
+        raw = plans.compile_plan(request)
         wall = time.perf_counter() - started
-        xla_plan._write_cached(xla_plan.cache_key(request, xla_plan.plan_versions()), raw)
+        cache.write_cached(cache.cache_key(request, xla.plan_versions()), raw)
         started = time.perf_counter()
-        plan = xla_plan.compute_plan(spec, config, args.gpu)
+        plan = xla.compute_plan(spec, config, args.gpu)
         hit_ms = (time.perf_counter() - started) * 1000
         profile = get_profile(spec)
         started = time.perf_counter()
@@ -61,11 +63,11 @@ def main() -> int:
     from calc.cli import main as cli
 
     gpu = lookup_gpu(args.gpu)
-    before = len(xla_plan.COMPILES)
+    before = len(compute.COMPILES)
     started = time.perf_counter()
     cli(["max-batch", "--model", args.max_batch_model, "--optimizer", "adam", "--gpu", gpu.key, "--step", "xla"])
     print(f"max-batch --step xla for {args.max_batch_model} on {gpu.key}: {time.perf_counter() - started:.0f} s, "
-          f"{len(xla_plan.COMPILES) - before} compiles")
+          f"{len(compute.COMPILES) - before} compiles")
     return 0
 
 

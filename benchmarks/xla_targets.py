@@ -23,18 +23,18 @@ def main() -> int:
     parser.add_argument("--models", help="comma-separated subset of the five steps' models")
     args = parser.parse_args()
 
-    from calc import xla_plan
+    from calc import xla
     from calc.catalogue import make_spec
     from calc.types import TrainingConfig
 
     gpus = args.gpus.split(",")
-    print(f"Planned peak in MiB, float32, Adam ({xla_plan.plan_versions()}); in brackets: against {gpus[0]}")
-    print(f"{'step':28s}" + "".join(f"{g + ' (' + xla_plan.target_for(g).compute_capability + ')':>22s}" for g in gpus))
+    print(f"Planned peak in MiB, float32, Adam ({xla.plan_versions()}); in brackets: against {gpus[0]}")
+    print(f"{'step':28s}" + "".join(f"{g + ' (' + xla.target_for(g).compute_capability + ')':>22s}" for g in gpus))
     for name, size, batch in STEPS:
         if args.models and name not in args.models.split(","):
             continue
         spec, config = make_spec(name, size), TrainingConfig(batch_size=batch, optimizer="adam", device="gpu")
-        peaks = [xla_plan.compute_plan(spec, config, g).peak_bytes for g in gpus]
+        peaks = [xla.compute_plan(spec, config, g).peak_bytes for g in gpus]
         cells = [f"{peaks[0] / 2**20:22.1f}"] + [f"{p / 2**20:12.1f} ({(p / peaks[0] - 1) * 100:+5.1f} %)" for p in peaks[1:]]
         print(f"{f'{name} {size} px b{batch}':28s}" + "".join(f"{c:>22s}" for c in cells), flush=True)
     return 0

@@ -1,7 +1,7 @@
 """GPU memory of one Keras/TensorFlow training step: the engine.
 
-Pure Python; only ``calc.keras_adapter`` imports Keras, and only when a model has to
-be built or measured.
+Pure Python; only ``calc.keras`` imports Keras, TensorFlow or JAX, and only when a model has
+to be built, measured or planned (in a child process, ``calc.workers``).
 """
 
 from calc.catalogue import CATALOGUE, ModelSpec, make_spec

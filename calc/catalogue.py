@@ -95,7 +95,7 @@ class ModelSpec:
 class ModelFile:
     """A model the user brings: a saved ``.keras`` or ``.h5`` file, by path.
 
-    Measured as saved (``calc.keras_adapter.build_saved_model``), with every layer saved
+    Measured as saved (``calc.keras.build.build_saved_model``), with every layer saved
     under the float32 policy computing in the precision asked for, as the engine
     estimates it. A relative path is read from the repository root (the validation set's
     own-model files live in ``calc/data/models``).

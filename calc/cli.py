@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from calc.catalogue import CATALOGUE, ModelFile, ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
 from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
-from calc.xla_plan import REMAT_MODES
+from calc.xla import REMAT_MODES
 
 GIB = 1024**3
 
@@ -171,11 +171,11 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
 
 
 def _device(name: str) -> Device:
-    """``auto`` is this machine's CPU kernels (``calc.measure.local_cpu_device``), so that
+    """``auto`` is this machine's CPU kernels (``calc.workers.measure.local_cpu_device``), so that
     ``estimate`` and ``measure`` with the same options describe the same step: under
     mixed_float16 the two CPU kernels differ by up to 2x on small steps (validation_cpu_fp16)."""
     if name == "auto":
-        from calc.measure import local_cpu_device
+        from calc.workers.measure import local_cpu_device
 
         return local_cpu_device()
     return Device(name)
@@ -272,7 +272,7 @@ def _plan_spec(args: argparse.Namespace) -> ModelSpec | ModelFile:
 
 def _xla_plan_or_reason(args: argparse.Namespace, config: TrainingConfig, gpu: GpuPreset | None):
     """(plan, None) or (None, one-line reason the walk is shown instead)."""
-    from calc.xla_plan import PlanError, compute_plan
+    from calc.xla import PlanError, compute_plan
 
     if gpu is None:
         return None, "the XLA plan compiles for a card: add --gpu PRESET"
@@ -369,7 +369,7 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from calc.measure import measure_training_step
+    from calc.workers.measure import measure_training_step
 
     if args.file:
         import os
@@ -421,7 +421,7 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
     out = {"model": name, "step": "graph", "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
            "framework_overhead_bytes": gpu.overhead_bytes, "safety_margin": args.margin, "max_batch_size": fit}
     if _step(args) == "xla":
-        from calc.xla_plan import PlanError, plan_max_batch
+        from calc.xla import PlanError, plan_max_batch
 
         usable = int(gpu.memory_bytes * (1.0 - args.margin)) - gpu.overhead_bytes
         try:
@@ -602,12 +602,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from calc.measure import MeasurementError
+    from calc.workers.measure import MeasurementError
 
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, ValueError, MeasurementError) as exc:  # calc.xla_plan.PlanError is a ValueError
+    except (UsageError, ValueError, MeasurementError) as exc:  # calc.xla.PlanError is a ValueError
         print(f"calc: error: {exc}".replace("\n", " "), file=sys.stderr)
         return 2
 

@@ -148,7 +148,7 @@ def _read_or_build(spec: ModelSpec) -> ModelProfile:
     return profile
 
 
-_worker = None  # a calc.build_worker.BuildWorker once a server asks for one
+_worker = None  # a calc.workers.builds.BuildWorker once a server asks for one
 
 
 def use_build_worker(worker) -> None:
@@ -161,7 +161,7 @@ def build_profile(spec: ModelSpec) -> ModelProfile:
     """One Keras build: in the build worker when one is set, else in this process (the CLI)."""
     if _worker is not None:
         return _worker.build(spec)
-    from calc.keras_adapter import profile_catalogue_model
+    from calc.keras.build import profile_catalogue_model
 
     return profile_catalogue_model(spec)
 

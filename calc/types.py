@@ -51,7 +51,7 @@ class Device(str, enum.Enum):
     ``cpu_fp16``: a CPU with AVX512-FP16 (Intel Sapphire Rapids and later), where oneDNN
     runs float16 convolutions and matrix products itself, so without those float16
     buffers (``archive/probes/probe_f16_kernels.py`` measured none there); XLA's filter
-    gradient as on any CPU. ``calc.measure.local_cpu_device`` says which this machine is.
+    gradient as on any CPU. ``calc.workers.measure.local_cpu_device`` says which this machine is.
     ``gpu``: cuDNN and cuBLAS, which have neither (measured on an H100:
     ``calc/data/gpu_tf_h100.json``); their workspaces are not modelled.
     """

@@ -12,14 +12,11 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 
-from calc.measure import child_env
-from calc.profiles import profile_from_dict
 from calc.types import ModelProfile
+from calc.workers.files import profile_file
 
 MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 MAX_UNCOMPRESSED_BYTES = 1024 * 1024 * 1024
@@ -61,7 +58,7 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
             raise ValueError(
                 f"The model uses classes defined in its author's Python code ({', '.join(custom[:5])}). Safe mode "
                 "loads only Keras's own layers, so this file cannot be read here. Profile it where that code is "
-                "importable: calc.keras_adapter.profile_model(model).")
+                "importable: calc.keras.profile.profile_model(model).")
     elif not data.startswith(b"\x89HDF\r\n\x1a\n"):
         raise ValueError("This is not an HDF5 file (no HDF5 signature).")
     return ext
@@ -123,19 +120,7 @@ def profile_upload(data: bytes, filename: str, *, timeout_s: float = TIMEOUT_S,
         path = os.path.join(workdir, "model" + ext)
         with open(path, "wb") as f:
             f.write(data)
-        env = child_env()
-        try:
-            proc = subprocess.run([sys.executable, "-m", "calc.keras_adapter", "--profile-file", path],
-                                  capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise ValueError(f"Reading the model took more than {timeout_s:.0f} s and was stopped.") from None
-        for line in proc.stdout.splitlines():
-            if line.startswith("PROFILE "):
-                profile = profile_from_dict(json.loads(line[len("PROFILE "):]))
-                return _renamed(profile, os.path.basename(filename))
-            if line.startswith("REFUSED "):
-                raise ValueError(json.loads(line[len("REFUSED "):]))
-        raise ValueError("The model could not be read (the reader stopped: out of memory or a damaged file).")
+        return _renamed(profile_file(path, timeout_s=timeout_s), os.path.basename(filename))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

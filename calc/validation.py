@@ -821,7 +821,7 @@ CUSTOM_CASES: tuple[tuple[ModelFile, TrainingConfig], ...] = (
     _file_case("autoencoder", 32, "adam"),
     _file_case("autoencoder", 64, "adamw", precision="mixed_float16"),
     # A fourth (stop 16): Keras examples with attention, embeddings and augmentation layers,
-    # their rules (calc.rules, calc.keras_adapter._attention_steps) written before measuring.
+    # their rules (calc.rules, calc.keras.profile._attention_steps) written before measuring.
     _file_case("vit_tiny", 64, "adam"),
     _file_case("vit_tiny", 32, "adamw", precision="mixed_float16"),
     _file_case("vit_tiny", 96, "sgd", precision="mixed_bfloat16", momentum=True),
@@ -1058,13 +1058,13 @@ XLA_TARGET = "h100-80"
 
 
 def validate_plan(path: Path = GPU_TF_XLA_DATA, gpu_key: str = XLA_TARGET, plan_for=None) -> list[ValidationRow]:
-    """XLA's plan (``calc.xla_plan``) for every measured case of an XLA data file.
+    """XLA's plan (``calc.xla``) for every measured case of an XLA data file.
 
     ``plan_for(spec, config, gpu_key)`` returns an ``XlaPlan`` (default: ``compute_plan``,
     from the shipped plans or compiled once).
     """
     if plan_for is None:
-        from calc.xla_plan import compute_plan as plan_for
+        from calc.xla import compute_plan as plan_for
     data = load_measurements(path)
     rows = []
     for case in data["cases"]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import streamlit as st
 
 from calc import profiles
-from calc.build_worker import BuildWorker
 from calc.catalogue import ModelSpec, make_spec
 from calc.profiles import get_profile
 from calc.types import ModelProfile
 from calc.validation import CAVEAT_STEPS, CaveatRecord
+from calc.workers.builds import BuildWorker
 
 # The server never imports TensorFlow: Keras builds happen in one child process that
-# is replaced when it grows and exits when idle (calc/build_worker.py says why).
+# is replaced when it grows and exits when idle (calc/workers/builds.py says why).
 profiles.use_build_worker(BuildWorker())
 
 

@@ -11,8 +11,8 @@ import threading
 from dataclasses import dataclass, replace
 
 from calc.estimate import estimate_memory
-from calc.measure import MeasurementError, measure_training_step
 from calc.types import Device, ModelProfile
+from calc.workers.measure import MeasurementError, measure_training_step
 from dashboard.loaders import spec_for
 from dashboard.state import Inputs
 from dashboard.views import config_of
@@ -84,7 +84,7 @@ def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
         config = config_of(inputs)
         m = measure_training_step(spec, config, repeats=1, timeout_s=TIMEOUT_S)
         # Beside it, the estimate for the kernels that ran (a CPU with AVX512-FP16 has no
-        # float16 buffers: calc.measure.local_cpu_device).
+        # float16 buffers: calc.workers.measure.local_cpu_device).
         ran = replace(config, device=Device(m.kernels))
         return MeasureResult(label, m.peak_bytes, estimate_memory(profile, ran).peak_bytes)
     except (MeasurementError, ValueError) as exc:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
 from calc.types import Device, Optimizer, Precision, TrainMode
-from calc.xla_plan import REMAT_MODES
+from calc.xla import REMAT_MODES
 
 MAX_BATCH = 65536
 MAX_QUERY_VALUE_CHARS = 64
@@ -40,7 +40,7 @@ class Inputs:
     margin: int = 5  # percent
     unit: str = "GiB"
     step: str = "xla"  # "xla": the compiled step (Keras's default on a GPU); "graph": jit_compile=False
-    remat: str = "none"  # keras.RematScope mode of the XLA step (calc.xla_plan.REMAT_MODES)
+    remat: str = "none"  # keras.RematScope mode of the XLA step (calc.xla.REMAT_MODES)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}

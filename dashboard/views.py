@@ -19,7 +19,7 @@ from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import (CAVEAT_STEPS, NO_CAVEAT, OWN_MODEL_STEPS, CaveatRecord, caveat_record, gpu_record_sentence,
                              record_sentence)
-from calc.xla_plan import XlaPlan
+from calc.xla import XlaPlan
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -146,7 +146,7 @@ def fmt(nbytes: float, inputs: Inputs, digits: int = 2) -> str:
 def xla_reason(inputs: Inputs) -> str | None:
     """Why XLA's plan does not apply to these inputs (one line, for ``step="xla"``), or None.
 
-    The plan is compiled for a GPU preset's card (``calc.xla_plan.target_for``), of a
+    The plan is compiled for a GPU preset's card (``calc.xla.target_for``), of a
     catalogue model; a file, a pasted summary, CPU kernels or a custom size get the walk.
     """
     walk = "this shows the graph-executor walk (jit_compile=False)"

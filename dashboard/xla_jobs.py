@@ -1,9 +1,9 @@
 """XLA compiles in the background: one worker thread for the server, jobs keyed by what they compute.
 
-A plan takes 15-120 s to compile (``calc.xla_plan``), so no page waits for one. A page asks
+A plan takes 15-120 s to compile (``calc.xla``), so no page waits for one. A page asks
 for the plans it wants; identical requests share one job (single flight), a session holds at
 most ``MAX_PER_SESSION`` unfinished jobs, and jobs nobody wants any more are dropped before
-they start. ``calc.xla_plan`` already allows one compile per machine at a time; a single
+they start. ``calc.xla`` already allows one compile per machine at a time; a single
 worker here keeps the queue, and each job's place in it, visible to the page.
 
 ``CALC_XLA_COMPILES=off`` (hosting operators, tests) turns compiling off: pages then show
@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable
 
-from calc import xla_plan
+from calc import xla
 from calc.catalogue import ModelSpec
 from calc.types import TrainingConfig
 
@@ -36,7 +36,7 @@ def compiles_enabled() -> bool:
 
 
 def one_device(config: TrainingConfig, batch: int | None = None) -> TrainingConfig:
-    """The config XLA compiles: one device's batch (``calc.xla_plan.plan_request`` does the same)."""
+    """The config XLA compiles: one device's batch (``calc.xla.cache.plan_request`` does the same)."""
     return replace(config, batch_size=batch or config.per_replica_batch, num_gpus=1)
 
 
@@ -151,7 +151,7 @@ class JobRegistry:
         job.started_s = time.time()
         try:
             job.result = work()
-        except xla_plan.PlanError as exc:
+        except xla.PlanError as exc:
             job.error = str(exc)
         except Exception as exc:  # noqa: BLE001 - the page shows one line, never a traceback
             job.error = f"the compile failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -171,32 +171,32 @@ JOBS = JobRegistry()
 
 def request_plan(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str, label: str,
                  session: str) -> Job | str:
-    """Queues the compile of one plan (``calc.xla_plan.compute_plan``, which caches it on disk)."""
+    """Queues the compile of one plan (``calc.xla.compute_plan``, which caches it on disk)."""
     if not compiles_enabled():
         return f"compiles are off on this server ({COMPILES_ENV}=off)"
     one = one_device(config)
     return JOBS.submit(plan_key(spec, config, gpu_key, remat),
-                       lambda: xla_plan.compute_plan(spec, one, gpu_key, remat), label, session)
+                       lambda: xla.compute_plan(spec, one, gpu_key, remat), label, session)
 
 
 def request_max_batch(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str, plan_budget_bytes: int,
                       start: int, label: str, session: str) -> Job | str:
-    """Queues ``calc.xla_plan.plan_max_batch``: the largest one-device batch whose plan takes at most
+    """Queues ``calc.xla.plan_max_batch``: the largest one-device batch whose plan takes at most
     ``plan_budget_bytes``, starting from ``start`` (the walk's answer); several compiles."""
     if not compiles_enabled():
         return f"compiles are off on this server ({COMPILES_ENV}=off)"
     one = one_device(config)
     return JOBS.submit(max_batch_key(spec, config, gpu_key, remat, plan_budget_bytes),
-                       lambda: xla_plan.plan_max_batch(spec, one, gpu_key, plan_budget_bytes, start, remat),
+                       lambda: xla.plan_max_batch(spec, one, gpu_key, plan_budget_bytes, start, remat),
                        label, session)
 
 
-def known_plan(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str) -> xla_plan.XlaPlan | None:
+def known_plan(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str) -> xla.XlaPlan | None:
     """The plan if it is shipped, on disk, or a finished job's: never compiles."""
-    plan = xla_plan.cached_plan(spec, one_device(config), gpu_key, remat)
+    plan = xla.cached_plan(spec, one_device(config), gpu_key, remat)
     if plan is None:
         job = JOBS.get(plan_key(spec, config, gpu_key, remat))
-        if job is not None and isinstance(job.result, xla_plan.XlaPlan):
+        if job is not None and isinstance(job.result, xla.XlaPlan):
             plan = job.result  # the disk cache could not be written
     return plan
 
@@ -207,9 +207,9 @@ def known_plan_peaks(spec: ModelSpec, config: TrainingConfig, gpu_key: str, rema
 
     The installed packages' versions are read once a process (about 10 ms each time).
     """
-    return xla_plan.known_peaks(spec, one_device(config), gpu_key, batches, remat, versions=_plan_versions())
+    return xla.known_peaks(spec, one_device(config), gpu_key, batches, remat, versions=_plan_versions())
 
 
 @functools.cache
 def _plan_versions() -> dict[str, str] | None:
-    return xla_plan.plan_versions()
+    return xla.plan_versions()

@@ -13,9 +13,9 @@ from typing import Callable, Hashable
 
 import streamlit as st
 
-from calc import xla_plan
+from calc import xla
 from calc.gpus import GPU_PRESETS
-from calc.xla_plan import XlaMaxBatch, XlaPlan
+from calc.xla import XlaMaxBatch, XlaPlan
 from dashboard import views, xla_jobs
 from dashboard.loaders import spec_for
 from dashboard.state import Inputs
@@ -63,7 +63,7 @@ def xla_state(inputs: Inputs, view: views.EstimateView) -> XlaState:
     if inputs.step != "xla":
         return state
     reason = views.xla_reason(inputs)
-    if reason is None and (missing := xla_plan.unavailable_reason()) is not None:
+    if reason is None and (missing := xla.unavailable_reason()) is not None:
         reason = f"No XLA plan on this server: {missing}; this shows the graph-executor walk (jit_compile=False)."
     if reason is not None:
         state.notes.append(("info", reason))

@@ -14,7 +14,7 @@ inputs, profile = inputs_and_profile()
 st.caption("Which step each table describes: the CPU set and your own models measure TensorFlow's graph executor "
            "(`jit_compile=False`) against the graph-executor walk; on the H100, the graph-executor slice does the "
            "same, and the XLA slice (`jit_compile=True`) is scored against the walk and, where its report exists, "
-           "against XLA's own plan (`calc.xla_plan`).")
+           "against XLA's own plan (`calc.xla`).")
 st.caption(accuracy_line())
 st.caption(noise_line())
 try:

@@ -130,7 +130,7 @@ def test_keras_spellings_of_the_options_mean_the_same_step(capsys):
 
 
 def test_estimate_defaults_to_the_kernels_measure_runs_here(capsys, monkeypatch):
-    import calc.measure
+    import calc.workers.measure
 
     def estimate(*args):
         assert main(["estimate", "--model", "MobileNetV3Small", "--image-size", "128", "--batch-size", "2",
@@ -142,7 +142,7 @@ def test_estimate_defaults_to_the_kernels_measure_runs_here(capsys, monkeypatch)
     cpu, fp16 = estimate("--device", "cpu"), estimate("--device", "cpu_fp16")
     assert cpu[0] == "cpu" and fp16[0] == "cpu_fp16" and cpu[1] > fp16[1]
     for kind, expected in ((Device.CPU, cpu), (Device.CPU_FP16, fp16)):
-        monkeypatch.setattr(calc.measure, "local_cpu_device", lambda kind=kind: kind)
+        monkeypatch.setattr(calc.workers.measure, "local_cpu_device", lambda kind=kind: kind)
         assert estimate() == expected
 
 

@@ -37,13 +37,15 @@ def _own_xla_plans(tmp_path, monkeypatch):
     """Plans come only from what a test puts in its own plan cache: none shipped, none from
     other runs, and the XLA packages' versions fixed so no test depends on what is installed.
     CALC_XLA_COMPILES is off for every test (tests/conftest.py)."""
-    from calc import xla_plan
+    from calc import xla
+    from calc.xla import cache
     from dashboard import xla_jobs
 
-    monkeypatch.setattr(xla_plan, "cache_dir", lambda: tmp_path / "xla-plans")
-    monkeypatch.setattr(xla_plan, "_shipped", lambda: {})
-    monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test", "keras": "test"})
-    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cache, "cache_dir", lambda: tmp_path / "xla-plans")
+    monkeypatch.setattr(cache, "shipped_plans", lambda: {})
+    for module in (cache, xla):  # where the plan reads them, and where the pages do
+        monkeypatch.setattr(module, "plan_versions", lambda: {"jax": "test", "keras": "test"})
+        monkeypatch.setattr(module, "unavailable_reason", lambda: None)
     xla_jobs._plan_versions.cache_clear()
     xla_jobs.JOBS.clear()
     yield
@@ -511,7 +513,7 @@ def small_step(**fields):
 
 
 def plan_analysis(batch, *, per_sample=50 * 2**20, fixed_temp=300 * 2**20, state=40 * 2**20):
-    """A child's answer shaped like XLA's (calc.xla_plan.plan_from_analysis): the state donated."""
+    """A child's answer shaped like XLA's (calc.xla.plan_from_analysis): the state donated."""
     x = 96 * 96 * 3 * 4 * batch
     return {"argument_bytes": state + x, "output_bytes": state + 8, "alias_bytes": state,
             "temp_bytes": fixed_temp + per_sample * batch, "trainable_bytes": state // 4,
@@ -520,11 +522,11 @@ def plan_analysis(batch, *, per_sample=50 * 2**20, fixed_temp=300 * 2**20, state
 
 
 def put_plan(raw, remat="", **fields):
-    """Puts a plan in the (test's own) plan cache, through calc.xla_plan's own path; returns it."""
-    from calc import xla_plan
+    """Puts a plan in the (test's own) plan cache, through calc.xla's own path; returns it."""
+    from calc import xla
 
     spec, config = small_step(**fields)
-    plan = xla_plan.compute_plan(spec, config, "t4", remat, runner=lambda request: raw)
+    plan = xla.compute_plan(spec, config, "t4", remat, runner=lambda request: raw)
     assert plan.peak_bytes == raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
     return plan
 
@@ -645,7 +647,8 @@ def _wait_for_jobs(timeout_s=60.0):
 def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeypatch):
     import threading
 
-    from calc import xla_plan
+    from calc import xla
+    from calc.workers import plans
     from dashboard.views import fmt
 
     monkeypatch.setenv("CALC_XLA_COMPILES", "on")
@@ -657,7 +660,7 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeyp
         returned.append(True)
         return plan_analysis(request["config"]["batch_size"])
 
-    monkeypatch.setattr(xla_plan, "run_child", slow_child)
+    monkeypatch.setattr(plans, "compile_plan", slow_child)
     try:
         at = app()
         assert not returned  # the page ran to its end while the compile went on
@@ -670,17 +673,18 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeyp
     assert len(calls) == 1 and calls[0]["target"] == "t4" and calls[0]["remat"] is None
     at.run()
     assert not at.exception
-    expected = xla_plan.plan_from_analysis(plan_analysis(16), "t4").peak_bytes
+    expected = xla.plan_from_analysis(plan_analysis(16), "t4").peak_bytes
     assert metric(at, "Planned peak (XLA)") == fmt(expected, Inputs())
     assert not any("MobileNetV2 96x96" in i.value for i in at.info)
 
 
 def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeypatch):
-    from calc import xla_plan
+    from calc import xla
+    from calc.workers import plans
 
     monkeypatch.setenv("CALC_XLA_COMPILES", "on")
     per_sample, fixed_temp = 50 * 2**20, 300 * 2**20
-    monkeypatch.setattr(xla_plan, "run_child", lambda request, **kw: plan_analysis(
+    monkeypatch.setattr(plans, "compile_plan", lambda request, **kw: plan_analysis(
         request["config"]["batch_size"], per_sample=per_sample, fixed_temp=fixed_temp))
     put_plan(plan_analysis(16, per_sample=per_sample, fixed_temp=fixed_temp))
     at = app()
@@ -691,7 +695,7 @@ def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeyp
     # The fake plan grows linearly: peak(b) = fixed part + b x (per-sample temporaries + input).
     gpu = GPU_PRESETS["t4"]
     budget = int(gpu.memory_bytes * 0.95) - gpu.overhead_bytes
-    peak = lambda b: xla_plan.plan_from_analysis(  # noqa: E731
+    peak = lambda b: xla.plan_from_analysis(  # noqa: E731
         plan_analysis(b, per_sample=per_sample, fixed_temp=fixed_temp), "t4").peak_bytes
     slope = peak(2) - peak(1)
     fixed = peak(1) - slope
@@ -724,14 +728,15 @@ def test_every_page_says_which_step_its_numbers_describe():
 
 
 def test_a_failed_compile_is_one_line_and_the_walk_stays(monkeypatch):
-    from calc import xla_plan
+    from calc import xla
+    from calc.workers import plans
 
     monkeypatch.setenv("CALC_XLA_COMPILES", "on")
 
     def refused(request, **kwargs):
-        raise xla_plan.PlanError("XLA could not compile this step: out of registers")
+        raise xla.PlanError("XLA could not compile this step: out of registers")
 
-    monkeypatch.setattr(xla_plan, "run_child", refused)
+    monkeypatch.setattr(plans, "compile_plan", refused)
     at = app()
     _wait_for_jobs()
     at.run()

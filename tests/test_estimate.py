@@ -451,7 +451,7 @@ def test_a_cpu_with_avx512_fp16_has_xlas_filter_but_not_the_float16_buffers():
 
 def test_the_local_cpu_kernels_are_read_from_the_cpu_flags(tmp_path):
     from calc.types import Device
-    from calc.measure import local_cpu_device
+    from calc.workers.measure import local_cpu_device
 
     flags = "flags\t\t: fpu vme avx2 avx512f avx512bw {}amx_tile\n"
     older, newer = tmp_path / "older", tmp_path / "newer"
@@ -536,7 +536,7 @@ def test_a_profiles_hash_is_computed_once_and_follows_equality():
 
 def test_a_cast_to_the_compute_dtype_is_free_in_float32_and_a_tensor_under_mixed_precision():
     # ops.dot_product_attention casts its float32 softmax back to the compute dtype
-    # (calc.keras_adapter._attention_steps): tf.cast to the same dtype returns its input.
+    # (calc.keras.profile._attention_steps): tf.cast to the same dtype returns its input.
     def chain(kind):
         return chain_profile(sizes=(65536,) * 3, types=("Conv2D", kind, "Einsum"), weights=((147456, 64), (), ()))
 

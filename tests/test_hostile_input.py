@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
 
-from calc.build_worker import resident_bytes
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, make_spec
 from calc.gpus import lookup_gpu
 from calc.types import MAX_BATCH_SIZE, Optimizer, Precision, TrainingConfig, TrainMode
 from calc.uploads import MAX_UPLOAD_BYTES, check_upload, custom_classes, profile_upload
+from calc.workers.protocol import resident_bytes
 from dashboard.state import DEFAULTS, DEVICES, FIELD_NAMES, GPUS, MAX_BATCH, OPTIMIZERS, PRECISIONS, UNITS, parse_query
 
 HOSTILE_TEXT = ["", " ", "0", "-1", "1e309", "nan", "inf", "-inf", "0x20", "2.5", "1_000_000", "３２", "\x00",
@@ -216,12 +216,12 @@ SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16"}
 
 @pytest.mark.slow
 def test_absurd_weights_in_a_link_are_an_error_and_build_nothing(app_test, monkeypatch):
-    from calc import keras_adapter
+    from calc.keras import build
 
     def no_build(spec):
         raise AssertionError(f"{spec.key} was built")
 
-    monkeypatch.setattr(keras_adapter, "profile_catalogue_model", no_build)
+    monkeypatch.setattr(build, "profile_catalogue_model", no_build)
     at = app_test({"model": "VGG16", "image_size": "8192"})
     assert not at.exception
     assert at.error and "parameters" in at.error[0].value and "include_top=False" in at.error[0].value

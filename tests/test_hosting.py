@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from calc import keras_adapter, profiles
+from calc import profiles
 from calc.catalogue import make_spec
+from calc.keras import build
 from tests.profiles import chain_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,7 @@ def fake_builds(monkeypatch, tmp_path):
             state["running"] -= 1
         return chain_profile()
 
-    monkeypatch.setattr(keras_adapter, "profile_catalogue_model", slow_build)
+    monkeypatch.setattr(build, "profile_catalogue_model", slow_build)
     monkeypatch.setattr(profiles, "_worker", None)  # builds in this process, where the fake is
     return state
 
@@ -112,7 +113,7 @@ def test_server_config_is_safe_for_a_shared_host():
 
 @pytest.fixture
 def worker():
-    from calc.build_worker import BuildWorker
+    from calc.workers.builds import BuildWorker
 
     w = BuildWorker()
     yield w
@@ -122,7 +123,7 @@ def worker():
 @pytest.mark.slow
 def test_the_worker_builds_what_an_in_process_build_gives(worker):
     spec = make_spec("MobileNetV2", 96)
-    built, here = worker.build(spec), keras_adapter.profile_catalogue_model(spec)
+    built, here = worker.build(spec), build.profile_catalogue_model(spec)
     assert [a for a, b in zip(built.layers, here.layers) if a != b][:1] == []
     assert built == here
 
@@ -132,7 +133,7 @@ def test_a_killed_worker_is_an_error_for_that_request_only(worker):
     import os
     import signal
 
-    from calc.build_worker import BuildError
+    from calc.workers.builds import BuildError
 
     worker.build(make_spec("MobileNetV2", 64))  # the child is up
     killer = threading.Timer(0.3, lambda: os.kill(worker.pid, signal.SIGKILL))
@@ -160,11 +161,11 @@ def test_an_answer_behind_chatter_in_one_write_is_read_at_once():
     # buffered readline after select() used to keep the answer and wait out the timeout.
     import sys
 
-    from calc.build_worker import BuildError, BuildWorker
+    from calc.workers.builds import BuildError, BuildWorker
 
     w = BuildWorker(timeout_s=20)
     w.command = (sys.executable, "-c", "import sys\nfor line in sys.stdin:\n"
-                 "    sys.stdout.write('chatter\\nERROR \"no such model\"\\n'); sys.stdout.flush()")
+                 "    sys.stdout.write('chatter\\nREFUSED \"no such model\"\\n'); sys.stdout.flush()")
     try:
         start = time.monotonic()
         for _ in range(3):

@@ -28,7 +28,7 @@ def test_vgg16_ledger_matches_keras_and_seed_000(keras):
 
 
 def test_nested_backbone_and_shared_layers(keras):
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
 
     L = keras.layers
     inner_in = keras.Input((16, 16, 8))
@@ -48,7 +48,7 @@ def test_nested_backbone_and_shared_layers(keras):
 
 
 def test_unknown_layer_is_reported(keras):
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
 
     class Mystery(keras.layers.Layer):
         def call(self, x):
@@ -62,7 +62,7 @@ def test_unknown_layer_is_reported(keras):
 def test_a_convolutions_dilation_and_causal_padding_are_recorded_only_when_set(keras):
     # The engine reads them (calc.engine.keeps.padded_conv1d); a default convolution's detail,
     # and so every Keras application's shipped ledger, stays as it was.
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
 
     L = keras.layers
     x_in = keras.Input((64, 4))
@@ -78,7 +78,7 @@ def test_a_convolutions_dilation_and_causal_padding_are_recorded_only_when_set(k
 def test_multi_head_attention_is_read_as_its_steps(keras, dropout):
     # Its probabilities grow with the square of the sequence: heads x T x S per sample,
     # which no multiple of the layer's input or output describes.
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
 
     L = keras.layers
     x_in = keras.Input((40, 24))
@@ -108,7 +108,7 @@ def test_multi_head_attention_is_read_as_its_steps(keras, dropout):
 
 
 def test_multi_head_attention_called_with_keywords_or_returning_scores(keras):
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
 
     L = keras.layers
     x_in = keras.Input((20, 8))
@@ -122,7 +122,7 @@ def test_multi_head_attention_called_with_keywords_or_returning_scores(keras):
 
 
 def test_subclassed_model_is_refused(keras):
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
 
     class Sub(keras.Model):
         def call(self, x):
@@ -157,9 +157,9 @@ def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, preci
     """
     from calc.catalogue import make_spec
     from calc.estimate import estimate_memory
-    from calc.measure import measure_training_step
     from calc.profiles import get_profile
     from calc.types import TrainingConfig
+    from calc.workers.measure import measure_training_step
 
     if precision == "mixed_bfloat16" and not _cpu_has("avx512f"):
         pytest.skip("bfloat16 on a CPU without AVX512 runs other kernels than the engine models: DenseNet121 "
@@ -181,9 +181,9 @@ def test_an_own_saved_model_is_measured_and_estimated_alike(keras, tmp_path, pre
     """
     from calc.catalogue import ModelFile
     from calc.estimate import estimate_memory
-    from calc.measure import measure_training_step
     from calc.profiles import get_profile
     from calc.types import TrainingConfig
+    from calc.workers.measure import measure_training_step
 
     L = keras.layers
     inp = keras.Input((64, 64, 3))
@@ -205,9 +205,9 @@ def test_an_own_attention_model_with_token_ids_is_measured_and_estimated_alike(k
     """Embedding on integer token ids, self-attention without dropout: within 15 %."""
     from calc.catalogue import ModelFile
     from calc.estimate import estimate_memory
-    from calc.measure import measure_training_step
     from calc.profiles import get_profile
     from calc.types import TrainingConfig
+    from calc.workers.measure import measure_training_step
 
     L = keras.layers
     inp = keras.Input((128,), dtype="int32")
@@ -227,8 +227,8 @@ def test_an_own_attention_model_with_token_ids_is_measured_and_estimated_alike(k
 
 def test_measurement_failure_is_an_error_not_a_crash():
     from calc.catalogue import make_spec
-    from calc.measure import MeasurementError, measure_once
     from calc.types import TrainingConfig
+    from calc.workers.measure import MeasurementError, measure_once
 
     with pytest.raises(MeasurementError, match="ran past"):
         measure_once(make_spec("ResNet50", 64), TrainingConfig(batch_size=2), timeout_s=0.5)
@@ -238,7 +238,7 @@ def test_measurement_failure_is_an_error_not_a_crash():
 def test_shipped_profiles_equal_a_fresh_build(name, keras):
     """The gzipped ledgers in calc/data/profiles are what the adapter builds today."""
     from calc.catalogue import make_spec
-    from calc.keras_adapter import profile_catalogue_model
+    from calc.keras.build import profile_catalogue_model
     from calc.profiles import _read_shipped
 
     spec = make_spec(name)
@@ -250,8 +250,8 @@ def test_a_traced_step_accounts_for_its_peak_op_by_op():
     # the measured step, so the largest bytes-in-use among them is the peak and the
     # first one starts from what was resident before the step.
     from calc.catalogue import make_spec
-    from calc.measure import measure_once
     from calc.types import TrainingConfig
+    from calc.workers.measure import measure_once
 
     result = measure_once(make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8, optimizer="adam"),
                           trace="history")

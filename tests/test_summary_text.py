@@ -172,7 +172,7 @@ def test_functional_summaries_of_keras_applications(name, activation, monkeypatc
 
     from calc.catalogue import make_spec
     from calc.estimate import estimate_memory
-    from calc.keras_adapter import profile_model
+    from calc.keras.profile import profile_model
     from calc.types import TrainingConfig
 
     model = getattr(keras.applications, name)(weights=None, input_shape=(96, 96, 3))

@@ -52,7 +52,7 @@ def test_breakdown_shows_the_allocator_part_only_when_simulated():
 
 def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
     from calc.gpus import GPU_PRESETS
-    from calc.xla_plan import XlaPlan
+    from calc.xla import XlaPlan
     from dashboard.state import Inputs
     from dashboard.views import estimate_view, shown_plan, verdict
 

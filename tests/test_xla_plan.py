@@ -15,12 +15,14 @@ from dataclasses import replace
 
 import pytest
 
-from calc import xla_plan
+from calc import xla
 from calc.catalogue import make_spec
 from calc.cli import main
 from calc.gpus import GPU_PRESETS
 from calc.types import TrainingConfig
 from calc.validation import GPU_TF_XLA_DATA, load_measurements
+from calc.workers import plans
+from calc.xla import cache
 
 MIB = 2**20
 
@@ -54,26 +56,26 @@ def _own_cache_unless_slow(request, tmp_path, monkeypatch):
         monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
 
 
-needs_plan = pytest.mark.skipif(xla_plan.unavailable_reason() is not None,
-                                reason=f"no XLA plan here: {xla_plan.unavailable_reason()}")
+needs_plan = pytest.mark.skipif(xla.unavailable_reason() is not None,
+                                reason=f"no XLA plan here: {xla.unavailable_reason()}")
 
 
 def test_every_gpu_preset_has_a_target_and_the_custom_size_says_why_not():
     for key, preset in GPU_PRESETS.items():
-        target = xla_plan.target_for(key)
+        target = xla.target_for(key)
         text = target.config_text()
         major, minor = target.compute_capability.split(".")
         assert f"cuda_compute_capability {{ major: {int(major)} minor: {int(minor)} }}" in text
         assert f"core_count: {target.core_count}" in text
         # The card's memory in the target is the card's, within what nvidia-smi and the data sheet differ by.
         assert abs(target.device_memory_size - preset.memory_bytes) / preset.memory_bytes < 0.08, key
-    with pytest.raises(xla_plan.PlanError, match="custom size"):
-        xla_plan.target_for("custom")
+    with pytest.raises(xla.PlanError, match="custom size"):
+        xla.target_for("custom")
 
 
 def test_the_plan_is_arguments_plus_temporaries_plus_outputs_less_what_is_aliased():
     raw = fake_analysis(4)
-    plan = xla_plan.plan_from_analysis(raw, "t4")
+    plan = xla.plan_from_analysis(raw, "t4")
     expected = raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
     assert plan.peak_bytes == expected == sum(plan.components().values())
     assert plan.weights_bytes == 1500 and plan.optimizer_state_bytes == 1500
@@ -83,35 +85,35 @@ def test_the_plan_is_arguments_plus_temporaries_plus_outputs_less_what_is_aliase
 
 def test_a_plan_is_compiled_once_then_read_from_the_disk_cache(fake_runner):
     spec, config = make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8)
-    first = xla_plan.compute_plan(spec, config, "t4", runner=fake_runner)
-    again = xla_plan.compute_plan(spec, config, "t4", runner=fake_runner)
+    first = xla.compute_plan(spec, config, "t4", runner=fake_runner)
+    again = xla.compute_plan(spec, config, "t4", runner=fake_runner)
     assert first == again and len(fake_runner.calls) == 1
-    assert xla_plan.cached_plan(spec, config, "t4") == first
+    assert xla.cached_plan(spec, config, "t4") == first
     # Anything that changes the plan is another entry: the target, the batch, remat.
-    xla_plan.compute_plan(spec, config, "a100-40", runner=fake_runner)
-    xla_plan.compute_plan(spec, replace(config, batch_size=9), "t4", runner=fake_runner)
-    xla_plan.compute_plan(spec, config, "t4", "full", runner=fake_runner)
+    xla.compute_plan(spec, config, "a100-40", runner=fake_runner)
+    xla.compute_plan(spec, replace(config, batch_size=9), "t4", runner=fake_runner)
+    xla.compute_plan(spec, config, "t4", "full", runner=fake_runner)
     assert len(fake_runner.calls) == 4
     # Presets of one card share a target, so their plans are one entry.
-    xla_plan.compute_plan(spec, config, "colab-t4", runner=fake_runner)
+    xla.compute_plan(spec, config, "colab-t4", runner=fake_runner)
     assert len(fake_runner.calls) == 4
 
 
 def test_the_per_device_batch_is_compiled_and_the_key_names_the_versions(fake_runner):
     spec = make_spec("MobileNetV2", 96)
-    request = xla_plan.plan_request(spec, TrainingConfig(batch_size=32, num_gpus=4), xla_plan.target_for("t4"))
+    request = cache.plan_request(spec, TrainingConfig(batch_size=32, num_gpus=4), xla.target_for("t4"))
     assert request["config"]["batch_size"] == 8 and request["config"]["num_gpus"] == 1
-    key = xla_plan.cache_key(request, {"jax": "0.11.2", "keras": "3.15.1"})
-    assert key != xla_plan.cache_key(request, {"jax": "0.12.0", "keras": "3.15.1"})
-    with pytest.raises(xla_plan.PlanError, match="remat must be one of"):
-        xla_plan.plan_request(spec, TrainingConfig(), xla_plan.target_for("t4"), "sometimes")
+    key = cache.cache_key(request, {"jax": "0.11.2", "keras": "3.15.1"})
+    assert key != cache.cache_key(request, {"jax": "0.12.0", "keras": "3.15.1"})
+    with pytest.raises(xla.PlanError, match="remat must be one of"):
+        cache.plan_request(spec, TrainingConfig(), xla.target_for("t4"), "sometimes")
 
 
 def test_identical_requests_at_once_compile_once(fake_runner):
     spec, config = make_spec("ResNet50", 128), TrainingConfig(batch_size=4)
     results = []
     threads = [threading.Thread(target=lambda: results.append(
-        xla_plan.compute_plan(spec, config, "l4", runner=fake_runner).peak_bytes)) for _ in range(4)]
+        xla.compute_plan(spec, config, "l4", runner=fake_runner).peak_bytes)) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -130,7 +132,7 @@ def test_a_second_compile_waits_for_the_first_on_this_machine():
         running.pop()
         return fake_analysis(request["config"]["batch_size"])
 
-    threads = [threading.Thread(target=xla_plan.compute_plan, args=(spec, TrainingConfig(batch_size=b), "t4"),
+    threads = [threading.Thread(target=xla.compute_plan, args=(spec, TrainingConfig(batch_size=b), "t4"),
                                 kwargs={"runner": runner}) for b in (1, 2, 3)]
     for t in threads:
         t.start()
@@ -140,29 +142,29 @@ def test_a_second_compile_waits_for_the_first_on_this_machine():
 
 
 def test_a_child_that_ends_without_an_answer_is_a_one_line_error(monkeypatch):
-    monkeypatch.setattr(xla_plan.sys, "executable", "/bin/sleep")
-    monkeypatch.setattr(xla_plan, "worker_env", lambda: {})
-    # `/bin/sleep -m calc.keras_adapter --plan-xla` fails at once: an answer-less child is a one-line error.
-    with pytest.raises(xla_plan.PlanError, match="the compile failed"):
-        xla_plan.run_child({"x": 1}, timeout_s=5)
+    monkeypatch.setattr("sys.executable", "/bin/sleep")
+    monkeypatch.setattr(plans, "plan_env", lambda: {})
+    # `/bin/sleep -m calc.workers.child plan-xla` fails at once: an answer-less child is a one-line error.
+    with pytest.raises(xla.PlanError, match="the compile failed"):
+        plans.compile_plan({"x": 1}, timeout_s=5)
 
 
 def test_the_time_limit_stops_a_child_that_hangs(monkeypatch, tmp_path):
     script = tmp_path / "hang.py"
     script.write_text("import time\ntime.sleep(60)\n")
-    monkeypatch.setattr(xla_plan.subprocess, "Popen", _popen_running(str(script)))
+    monkeypatch.setattr("subprocess.Popen", _popen_running(str(script)))
     started = time.monotonic()
-    with pytest.raises(xla_plan.PlanError, match="ran past 1 s"):
-        xla_plan.run_child({}, timeout_s=1)
+    with pytest.raises(xla.PlanError, match="ran past 1 s"):
+        plans.compile_plan({}, timeout_s=1)
     assert time.monotonic() - started < 10
 
 
 def test_the_memory_budget_stops_a_child_that_grows(monkeypatch, tmp_path):
     script = tmp_path / "grow.py"
     script.write_text("import time\nblock = bytearray(300 * 2**20)\ntime.sleep(60)\n")
-    monkeypatch.setattr(xla_plan.subprocess, "Popen", _popen_running(str(script)))
-    with pytest.raises(xla_plan.PlanError, match="memory budget of 0.1 GiB"):
-        xla_plan.run_child({}, timeout_s=30, max_rss_bytes=100 * MIB)
+    monkeypatch.setattr("subprocess.Popen", _popen_running(str(script)))
+    with pytest.raises(xla.PlanError, match="memory budget of 0.1 GiB"):
+        plans.compile_plan({}, timeout_s=30, max_rss_bytes=100 * MIB)
 
 
 def _popen_running(script: str):
@@ -187,7 +189,7 @@ def test_max_batch_compiles_b_that_fits_and_b_plus_one_that_does_not(fixed, per_
     def needed(b):  # close to linear, with a layout wobble, as plans are
         return fixed + per_sample * b + (b % 5) * 100_000
 
-    found = xla_plan.max_batch_xla(needed, usable, start)
+    found = xla.max_batch_xla(needed, usable, start)
     brute = max((b for b in range(1, 20000) if needed(b) <= usable), default=0)
     assert found.max_batch == brute
     compiled = dict(found.compiled)
@@ -207,15 +209,15 @@ def test_max_batch_copes_with_plans_that_bend_near_the_memory():
         knee = 250
         return 40 * MIB + 54 * MIB * min(b, knee) + 30 * MIB * max(0, b - knee)
 
-    found = xla_plan.max_batch_xla(needed, usable, 242)
+    found = xla.max_batch_xla(needed, usable, 242)
     brute = max(b for b in range(1, 5000) if needed(b) <= usable)
     assert found.max_batch == brute and found.compiles <= 12
 
 
 def test_cli_estimate_with_a_gpu_preset_prints_the_plan(monkeypatch, capsys):
-    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test"})
-    monkeypatch.setattr(xla_plan, "run_child", lambda request, **_: fake_analysis(request["config"]["batch_size"]))
+    monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cache, "plan_versions", lambda: {"jax": "test"})
+    monkeypatch.setattr(plans, "compile_plan", lambda request, **_: fake_analysis(request["config"]["batch_size"]))
     assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "16", "--gpu", "t4",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -228,9 +230,9 @@ def test_cli_estimate_with_a_gpu_preset_prints_the_plan(monkeypatch, capsys):
 
 
 def test_cli_max_batch_with_the_plan_says_how_many_plans_it_took(monkeypatch, capsys):
-    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(xla_plan, "plan_versions", lambda: {"jax": "test"})
-    monkeypatch.setattr(xla_plan, "run_child", lambda request, **_: fake_analysis(request["config"]["batch_size"]))
+    monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cache, "plan_versions", lambda: {"jax": "test"})
+    monkeypatch.setattr(plans, "compile_plan", lambda request, **_: fake_analysis(request["config"]["batch_size"]))
     assert main(["max-batch", "--model", "MobileNetV2", "--image-size", "96", "--gpu", "t4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     t4 = GPU_PRESETS["t4"]
@@ -243,7 +245,7 @@ def test_cli_max_batch_with_the_plan_says_how_many_plans_it_took(monkeypatch, ca
 
 
 def test_cli_falls_back_to_the_walk_with_one_line_when_no_plan_can_be_made(monkeypatch, capsys):
-    monkeypatch.setattr(xla_plan, "unavailable_reason", lambda: "the XLA plan needs jax (pip install -r requirements.txt)")
+    monkeypatch.setattr(cache, "unavailable_reason", lambda: "the XLA plan needs jax (pip install -r requirements.txt)")
     assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--gpu", "t4", "--json"]) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
@@ -281,15 +283,15 @@ def test_resnet50_on_an_h100_is_within_5_percent_of_tensorflows_xla_step(capsys)
 @pytest.mark.slow
 def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
     """The shipped plans are what this environment compiles: none is stale."""
-    shipped = xla_plan._shipped()
+    shipped = cache.shipped_plans()
     assert shipped, "no shipped plans"
     spec = make_spec("MobileNetV3Small", 192, include_top=False)
     config = TrainingConfig(batch_size=32, optimizer="adagrad", precision="mixed_bfloat16",
                             train_mode="frozen_backbone", device="gpu")
-    request = xla_plan.plan_request(spec, config, xla_plan.target_for("h100-80"))
-    key = xla_plan.cache_key(request, xla_plan.plan_versions())
+    request = cache.plan_request(spec, config, xla.target_for("h100-80"))
+    key = cache.cache_key(request, xla.plan_versions())
     assert key in shipped
-    fresh = xla_plan.run_child(request)
+    fresh = plans.compile_plan(request)
     assert {k: fresh[k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")} == \
         {k: shipped[key][k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")}
 
@@ -298,7 +300,7 @@ def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
 @pytest.mark.slow
 def test_a_real_plan_holds_the_state_and_grows_with_the_batch():
     spec = make_spec("MobileNetV3Small", 64)
-    small, large = (xla_plan.compute_plan(spec, TrainingConfig(batch_size=b, optimizer="sgd", device="gpu"), "t4")
+    small, large = (xla.compute_plan(spec, TrainingConfig(batch_size=b, optimizer="sgd", device="gpu"), "t4")
                     for b in (2, 8))
     for plan in (small, large):
         assert plan.peak_bytes == sum(plan.components().values())
@@ -321,8 +323,8 @@ def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
     what the plan answers: docs/XLA_PLAN.md)."""
     spec = make_spec("MobileNetV2", 96)
     config = TrainingConfig(batch_size=32, optimizer="sgd", device="gpu")
-    plain = xla_plan.compute_plan(spec, config, "t4")
-    remat = xla_plan.compute_plan(spec, config, "t4", "full")
+    plain = xla.compute_plan(spec, config, "t4")
+    remat = xla.compute_plan(spec, config, "t4", "full")
     assert remat.remat == "full" and remat.peak_bytes == sum(remat.components().values())
     assert (remat.weights_bytes, remat.optimizer_state_bytes, remat.input_batch_bytes) == \
         (plain.weights_bytes, plain.optimizer_state_bytes, plain.input_batch_bytes)
@@ -335,10 +337,10 @@ def test_every_compute_capability_compiles():
     """One small step per distinct compute capability: each target is one XLA accepts."""
     spec = make_spec("MobileNetV3Small", 32)
     seen = {}
-    for key, target in xla_plan.gpu_targets().items():
+    for key, target in xla.gpu_targets().items():
         if target.compute_capability in seen:
             continue
-        plan = xla_plan.compute_plan(spec, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), key)
+        plan = xla.compute_plan(spec, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), key)
         seen[target.compute_capability] = plan.peak_bytes
         assert plan.peak_bytes == sum(plan.components().values()) and plan.temporaries_bytes > 0
     assert len(seen) >= 8

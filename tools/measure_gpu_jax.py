@@ -51,7 +51,8 @@ CHILD = r'''
 import json, os, sys
 import numpy as np
 import jax, keras
-from calc.keras_adapter import _optimizer, build_model
+from calc.keras.build import build_model
+from calc.keras.step import keras_optimizer
 from calc.requests import config_from_dict, spec_from_dict
 from calc.types import TrainMode
 raw = json.loads(sys.argv[1])
@@ -59,7 +60,7 @@ spec, config = spec_from_dict(raw["spec"]), config_from_dict(raw["config"])
 model, backbone = build_model(spec, config.precision.value, config.train_mode)
 if config.train_mode is TrainMode.FROZEN_BACKBONE:
     backbone.trainable = False
-model.compile(optimizer=_optimizer(config), loss="sparse_categorical_crossentropy")
+model.compile(optimizer=keras_optimizer(config), loss="sparse_categorical_crossentropy")
 device = jax.devices()[0]
 built = device.memory_stats()
 rng = np.random.default_rng(0)

@@ -5,11 +5,11 @@
                                    [--repeats 2] [--deadline-s 480] [SUBSTRING ...]
     python -m calc validate --data calc/data/gpu_tf_h100.json      # here: the engine against them
 
-The same protocol as ``tools/measure_validation.py`` (``calc.measure``: warm-up
+The same protocol as ``tools/measure_validation.py`` (``calc.workers.measure``: warm-up
 until a step applied its update, reset, one step, the allocator's peak on ``GPU:0``; 1
 inter-op and 1 intra-op thread; a fresh process per run), run on a GPU. Several runs
 share the GPU: each process gets one allocator region of ``--limit-mib`` (through
-``CALC_GPU_MEMORY_LIMIT_MIB``, read by ``calc.keras_adapter``) instead of nearly the
+``CALC_GPU_MEMORY_LIMIT_MIB``, read by ``calc.keras.step``) instead of nearly the
 whole card, so every allocator starts alike. ``--xla`` compiles the step with XLA
 (``jit_compile=True``), what Keras 3 does by default on a GPU.
 
@@ -33,8 +33,8 @@ from threading import Lock
 # The JAX/XLA slice's cases, for a three-way comparison (beside this script).
 from measure_gpu_jax import GPU_CASES as JAX_SLICE
 
-from calc.measure import MeasurementError, measure_training_step
 from calc.validation import VALIDATION_CASES, case_id, load_measurements, save_measurement
+from calc.workers.measure import MeasurementError, measure_training_step
 
 MIB = 1 << 20
 SAMPLE_SEED = 2026

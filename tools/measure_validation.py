@@ -21,7 +21,6 @@ import argparse
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from threading import Lock
 
-from calc.measure import MeasurementError, local_cpu_device, measure_training_step
 from calc.types import Device, Precision
 from calc.validation import (
     CPU_DATA,
@@ -33,6 +32,7 @@ from calc.validation import (
     load_measurements,
     save_measurement,
 )
+from calc.workers.measure import MeasurementError, local_cpu_device, measure_training_step
 
 
 def _fp16_slice(max_seconds: float) -> list:

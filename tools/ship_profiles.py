@@ -15,7 +15,7 @@ import json
 import sys
 
 from calc.catalogue import CATALOGUE, make_spec
-from calc.keras_adapter import profile_catalogue_model
+from calc.keras.build import profile_catalogue_model
 from calc.profiles import SHIPPED_DIR, profile_to_dict, shipped_path
 
 

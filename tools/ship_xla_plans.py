@@ -38,23 +38,24 @@ def shipped_requests():
 
 
 def main() -> int:
-    from calc import xla_plan
+    from calc import xla
+    from calc.xla import cache
 
-    versions = xla_plan.plan_versions()
+    versions = xla.plan_versions()
     if versions is None:
-        raise SystemExit(xla_plan.unavailable_reason())
+        raise SystemExit(xla.unavailable_reason())
     plans = {}
     for spec, config, gpu in shipped_requests():
-        plan = xla_plan.compute_plan(spec, config, gpu)
-        key = xla_plan.cache_key(xla_plan.plan_request(spec, config, xla_plan.target_for(gpu)), versions)
-        raw = xla_plan._read_cached(key)
+        plan = xla.compute_plan(spec, config, gpu)
+        key = cache.cache_key(cache.plan_request(spec, config, xla.target_for(gpu)), versions)
+        raw = cache.read_cached(key)
         plans[key] = {k: v for k, v in raw.items() if k != "worker_peak_rss_bytes"}
         print(f"{spec.key} b{config.batch_size} {config.optimizer.value} on {gpu}: {plan.peak_bytes / 2**20:.1f} MiB",
               flush=True)
     text = json.dumps(dict(sorted(plans.items())), indent=0, sort_keys=True)
-    with gzip.GzipFile(xla_plan.SHIPPED_PLANS, "wb", mtime=0) as f:  # the same plans give the same bytes
+    with gzip.GzipFile(cache.SHIPPED_PLANS, "wb", mtime=0) as f:  # the same plans give the same bytes
         f.write(text.encode())
-    print(f"{len(plans)} plans -> {xla_plan.SHIPPED_PLANS}")
+    print(f"{len(plans)} plans -> {cache.SHIPPED_PLANS}")
     return 0
 
 

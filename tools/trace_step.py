@@ -5,7 +5,7 @@
     python tools/trace_step.py SUBSTRING --history [--save FILE.json]
 
 For the first committed validation case whose id contains SUBSTRING, runs the
-measurement protocol once in a fresh process (``calc.measure.measure_once`` with
+measurement protocol once in a fresh process (``calc.workers.measure.measure_once`` with
 ``trace=True``: the measured step is recorded by ``tf.profiler`` at host tracer level
 3, whose allocator events name the op, shape and role of every tracked request) and
 prints:
@@ -40,9 +40,9 @@ from calc.engine.counting import raw_bytes as _raw_bytes
 from calc.engine.ledger import OPT, W
 from calc.engine.walk import simulate as _simulate
 from calc.estimate import estimate_memory, plan_step
-from calc.measure import measure_once
 from calc.profiles import get_profile
 from calc.validation import CUSTOM_CASES, VALIDATION_CASES, case_id
+from calc.workers.measure import measure_once
 
 MIB = 2 ** 20
 

@@ -1,22 +1,19 @@
-"""Real measurement of one training step, in a subprocess.
+"""Real measurement of one training step, each in a fresh child process.
 
-The child runs ``calc.keras_adapter`` with one JSON request and prints one JSON
-result; a crash, an out-of-memory kill or a hang (timeout) in the child becomes a
-``MeasurementError`` here, never a crash of the caller.
+The child (job ``measure`` of ``calc.workers.child``) runs ``calc.keras.step.measure_in_process``
+on one request and answers its result; a crash, an out-of-memory kill or a hang (timeout)
+in the child becomes a ``MeasurementError`` here, never a crash of the caller.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
 from dataclasses import dataclass
 
-from calc.catalogue import ModelSpec
+from calc.catalogue import ModelFile, ModelSpec
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import Device, TrainingConfig
+from calc.workers.protocol import child_env, run_once
 
 
 class MeasurementError(RuntimeError):
@@ -52,56 +49,28 @@ class Measurement:
         return (max(self.peaks_bytes) - min(self.peaks_bytes)) / self.peak_bytes
 
 
-def child_env() -> dict[str, str]:
-    """Environment for a ``python -m calc.keras_adapter`` child: quiet TF, this checkout importable.
-
-    oneDNN on: TensorFlow tracks the CPU allocator's statistics only through oneDNN's
-    allocator ("Allocator stats not available for device 'CPU:0'" without it), and TF 2.21
-    turns oneDNN on by default only on CPUs with AVX512 or AMX (seen off on an AMD EPYC
-    with AVX2). Every committed CPU measurement ran with it on.
-    """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
-               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    return env
-
-
-def measure_once(spec: ModelSpec, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False,
+def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False,
                  trace: bool | str = False) -> dict:
     """Runs the protocol once in a fresh Python process and returns its JSON result.
 
     ``xla``: compile the step with XLA (``jit_compile=True``); by default it runs on
     TensorFlow's graph executor, the step the engine models, on a GPU too.
     ``trace``: also return the measured step's allocator events (``"allocations"``,
-    from TensorFlow's profiler; ``benchmarks/trace_step.py`` reads them); ``"history"``
+    from TensorFlow's profiler; ``tools/trace_step.py`` reads them); ``"history"``
     also the events before it, from the model's build on (``"allocations_before"``).
     """
-    request = json.dumps({"spec": spec_to_dict(spec), "config": config_to_dict(config), "xla": bool(xla),
-                          "trace": trace if trace == "history" else bool(trace)})
-    env = child_env()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "calc.keras_adapter", request],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped") from exc
-    for line in proc.stdout.splitlines():
-        if line.startswith("MEASURED "):
-            return json.loads(line[len("MEASURED "):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    reason = "killed (out of memory?)" if proc.returncode < 0 else f"exit status {proc.returncode}"
-    raise MeasurementError(f"measurement of {spec.key} failed: {reason}: {' | '.join(tail)}")
+    request = {"spec": spec_to_dict(spec), "config": config_to_dict(config), "xla": bool(xla),
+               "trace": trace if trace == "history" else bool(trace)}
+    outcome = run_once("measure", request, env=child_env(), timeout_s=timeout_s)
+    if outcome.reply.failure == "time":
+        raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped")
+    if not outcome.reply.failure:
+        return outcome.reply.answer
+    raise MeasurementError(f"measurement of {spec.key} failed: {outcome.exit_reason}: {' | '.join(outcome.tail)}")
 
 
-def measure_training_step(
-    spec: ModelSpec, config: TrainingConfig, *, repeats: int = 3, timeout_s: float = 600.0, xla: bool = False
-) -> Measurement:
+def measure_training_step(spec: ModelSpec | ModelFile, config: TrainingConfig, *, repeats: int = 3,
+                          timeout_s: float = 600.0, xla: bool = False) -> Measurement:
     """Measures the allocator peak of one training step ``repeats`` times.
 
     Args:

@@ -1,0 +1,27 @@
+"""XLA's own memory plan of the training step Keras runs on a GPU, computed without a GPU.
+
+Keras 3 compiles the training step with XLA on a GPU (``jit_compile="auto"``), and XLA
+decides every buffer of the compiled program at compile time. JAX can compile for a
+CUDA target with no GPU present, so a child process (``KERAS_BACKEND=jax``) builds the
+model, jits Keras's own ``train_step`` for the target and reads the program's
+``memory_analysis()`` (``calc.keras.plan.plan_in_process``, run by ``calc.workers.plans``).
+This package is the parent side, and imports neither JAX nor Keras:
+
+- ``calc.xla.targets``: the GPU presets' cards as XLA's compiler sees them.
+- ``calc.xla.plan``: ``XlaPlan``, the plan's components in bytes, from the child's answer.
+- ``calc.xla.cache``: the request that decides a plan, its key, the shipped plans and the disk cache.
+- ``calc.xla.compute``: a plan found or compiled once (one compile per machine, single flight).
+- ``calc.xla.search``: the largest batch whose plan fits a card.
+"""
+
+from calc.xla.cache import plan_versions, unavailable_reason
+from calc.xla.compute import cached_plan, compute_plan, known_peaks
+from calc.xla.plan import REMAT_MODES, PlanError, XlaPlan, plan_from_analysis
+from calc.xla.search import XlaMaxBatch, max_batch_xla, plan_max_batch
+from calc.xla.targets import GpuTarget, gpu_targets, target_for
+
+__all__ = [
+    "REMAT_MODES", "GpuTarget", "PlanError", "XlaMaxBatch", "XlaPlan", "cached_plan", "compute_plan", "gpu_targets",
+    "known_peaks", "max_batch_xla", "plan_from_analysis", "plan_max_batch", "plan_versions", "target_for",
+    "unavailable_reason",
+]

@@ -1,0 +1,81 @@
+"""XLA's plan of one training step as data: its components in bytes, built from the child's answer.
+
+The plan's numbers come from XLA's own ``memory_analysis()`` of the compiled step
+(``calc.keras.plan.plan_in_process``, run in a child by ``calc.workers.plans``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# keras.RematScope modes the plan answers. "larger_than" is not one: Keras 3.15 measures a
+# layer's output with compute_output_spec inside the traced step, which fails under JAX
+# ("DynamicJaxprTracer has no attribute sparse"); "list_of_layers" needs layer names.
+REMAT_MODES = ("full", "activations")
+TIMEOUT_S = 600.0  # one compile's time limit, in seconds
+
+
+class PlanError(ValueError):
+    """The plan could not be computed; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class XlaPlan:
+    """The peak of the compiled step on one device, in bytes; the components sum to it.
+
+    ``outputs_bytes`` is what the step returns beyond the state it updates in place (the
+    donated state aliases its outputs): the loss and the metrics.
+    """
+
+    weights_bytes: int
+    optimizer_state_bytes: int  # the optimizer's variables, and the metrics' (a few bytes)
+    input_batch_bytes: int
+    temporaries_bytes: int  # XLA's temporary buffers: activations, gradients, update scratch
+    outputs_bytes: int
+    outside_step_bytes: int  # what the runtime holds beside the compiled program
+    target: str
+    remat: str = ""
+    compile_seconds: float = 0.0
+    versions: str = ""
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(self.components().values())
+
+    def components(self) -> dict[str, int]:
+        return {
+            "weights": self.weights_bytes,
+            "optimizer_state": self.optimizer_state_bytes,
+            "input_batch": self.input_batch_bytes,
+            "xla_temporaries": self.temporaries_bytes,
+            "step_outputs": self.outputs_bytes,
+            "outside_step": self.outside_step_bytes,
+        }
+
+
+def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> XlaPlan:
+    """The plan from the child's answer: peak = arguments + temporaries + outputs - aliased.
+
+    With the state donated (``donate_argnums=0``) its outputs take the arguments' buffers,
+    so the aliased bytes equal the state's. What TensorFlow's runtime holds beside the
+    compiled program is counted as 0: before its XLA step the allocator held the state
+    and 0.01-7.9 MiB more in the 22 H100 cases (calc/data/gpu_tf_h100_xla.json), nothing
+    that follows from the model's size (docs/XLA_PLAN.md).
+    """
+    weights = raw["trainable_bytes"] + raw["non_trainable_bytes"]
+    optimizer = raw["optimizer_bytes"] + raw["metrics_bytes"]
+    batch = raw["batch_bytes"]
+    peak = raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
+    return XlaPlan(
+        weights_bytes=weights,
+        optimizer_state_bytes=optimizer,
+        input_batch_bytes=batch,
+        temporaries_bytes=raw["temp_bytes"],
+        outputs_bytes=peak - weights - optimizer - batch - raw["temp_bytes"],
+        outside_step_bytes=0,
+        target=target,
+        remat=remat,
+        compile_seconds=float(raw.get("compile_seconds", 0.0)) + float(raw.get("build_seconds", 0.0)),
+        versions=f"jax {raw.get('jax', '?')}, keras {raw.get('keras', '?')}",
+    )
