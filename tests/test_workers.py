@@ -1,0 +1,87 @@
+"""The one protocol between the parent and its children (calc.workers.protocol, calc.workers.child).
+
+Fake children (``python -c``) stand in for Keras: these tests import no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+
+import pytest
+
+from calc.workers.child import JOBS, Job, main, serve
+from calc.workers.protocol import Child, answer_line, child_env, refusal_line, run_once
+
+
+def test_the_child_answers_each_request_line_and_refuses_what_its_job_refuses():
+    def run(request):
+        if request["n"] < 0:
+            raise ValueError(f"n must not be negative. Received: n={request['n']}")
+        return {"twice": 2 * request["n"]}
+
+    out = io.StringIO()
+    serve(Job(run, refuses=(ValueError,), reason=str), io.StringIO('{"n": 2}\n\n{"n": -1}\n{"n": 5}\n'), out)
+    assert out.getvalue() == (answer_line({"twice": 4}) + refusal_line("n must not be negative. Received: n=-1")
+                              + answer_line({"twice": 10}))
+
+
+def test_a_failure_the_job_does_not_refuse_ends_the_child():
+    def run(request):
+        raise RuntimeError("no allocator statistics")
+
+    with pytest.raises(RuntimeError):
+        serve(Job(run, refuses=()), io.StringIO('{}\n'), io.StringIO())
+
+
+def test_the_jobs_refuse_as_they_always_did():
+    assert JOBS["measure"].refuses == ()  # a failed measurement is the child's exit and its last words
+    assert JOBS["profile-file"].refuses == (ValueError,) and JOBS["profile-file"].reason(ValueError("x")) == "x"
+    assert JOBS["plan-xla"].refuses == JOBS["build"].refuses == (Exception,)
+    assert JOBS["build"].reason(KeyError("Nope")) == "KeyError: 'Nope'"
+
+
+def _fake(code: str) -> Child:
+    return Child((sys.executable, "-c", code), child_env())
+
+
+def test_a_reply_behind_chatter_and_without_its_newline_is_read():
+    child = _fake("import sys\nsys.stdin.readline()\nsys.stdout.write('chatter\\nANSWER {\"a\": 1}')")
+    reply = child.ask({"x": 1}, timeout_s=20)
+    assert reply.answer == {"a": 1} and reply.refusal is None and not reply.failure
+    assert child.close() == 0 and child.tail(3) == ["chatter"]
+
+
+def test_a_child_that_ends_without_a_reply_is_a_failure_with_its_last_words(monkeypatch):
+    from calc.workers import protocol
+
+    dying = [sys.executable, "-c", "import sys\nsys.stderr.write('Traceback\\nMemoryError\\n'); sys.exit(3)"]
+    monkeypatch.setattr(protocol, "child_command", lambda job: dying)
+    outcome = run_once("measure", {}, env=child_env(), timeout_s=60)
+    assert outcome.reply.failure == "ended" and outcome.reply.answer is None and outcome.reply.refusal is None
+    assert outcome.returncode == 3 and outcome.exit_reason == "exit status 3"
+    assert outcome.tail == ("Traceback", "MemoryError")
+
+
+def test_a_child_asked_for_no_job_says_which_there_are(capsys):
+    assert main(["no-such-job"]) == 2
+    assert "usage: python -m calc.workers.child {measure,profile-file,plan-xla,build}" in capsys.readouterr().err
+
+
+def test_a_child_past_its_time_is_stopped_and_a_long_stderr_never_blocks_it():
+    # 1 MiB on stderr first: more than a pipe holds, so a parent that did not read it would wait forever.
+    child = _fake("import sys, time\nsys.stderr.write('x' * 2**20 + '\\nlast words\\n'); sys.stderr.flush()\n"
+                  "time.sleep(60)")
+    started = time.monotonic()
+    reply = child.ask({}, timeout_s=2)
+    assert reply.failure == "time" and time.monotonic() - started < 10
+    assert child.close() < 0 and child.tail(1) == ["last words"]
+
+
+def test_the_request_reaches_the_child_as_one_json_line():
+    child = _fake("import sys, json\nline = sys.stdin.readline()\n"
+                  "print('ANSWER ' + json.dumps({'lines': line.count(chr(10)), 'got': json.loads(line)}))")
+    request = {"target_config": "gpu_device_info {\n  core_count: 132\n}\n"}
+    assert child.ask(request, timeout_s=20).answer == {"lines": 1, "got": request}
+    child.close()
