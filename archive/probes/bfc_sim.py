@@ -29,7 +29,7 @@ from calc.allocator import rounded  # noqa: E402
 FLOAT = 4
 MIB = 1 << 20
 
-SWEEPS = os.path.join(ROOT, "calc", "data", "frozen_sweeps_cpu.json")
+SWEEPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frozen_sweeps_cpu.json")
 
 class _ExactPool:
     """Every request at its 256-rounded size, no chunks: the live bytes."""

@@ -17,7 +17,7 @@ engine runs it, and this one's; then the summaries, for full training and for th
 
 ``--frozen-policies`` compares ways of estimating a step with a frozen part (the engine's
 larger of the walk and its two histories, and with this warmed pool) over the frozen or
-last-N validation cases and the frozen batch-sweep points (``calc/data/frozen_sweeps_cpu.json``).
+last-N validation cases and the frozen batch-sweep points (``archive/probes/frozen_sweeps_cpu.json``).
 """
 
 from __future__ import annotations

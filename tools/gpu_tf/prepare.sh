@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Packs TensorFlow 2.21 for a lent GPU machine (tools/measure_gpu_tf.py; docs/MEASUREMENTS.md,
-# "TensorFlow on an H100"). Those machines hold PyTorch and JAX with CUDA 13 and no TensorFlow, can
+# Packs TensorFlow 2.21 for a lent GPU machine (tools/measure_gpu_tf.py; docs/PROTOCOL.md,
+# "On a GPU"). Those machines hold PyTorch and JAX with CUDA 13 and no TensorFlow, can
 # fetch nothing, and take 64 MiB per call, so the wheel travels as xz chunks under .gpu/ (ignored):
 #   .gpu/ppartNN/partNN  one chunk each: carry one per call, then `mkdir -p /tmp/tfw && mv .gpu/p*/part* /tmp/tfw/`
 #   .gpu/w               the small wheels (keras, protobuf, ...), cudart 12 and the two scripts beside this one
