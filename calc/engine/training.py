@@ -59,10 +59,7 @@ class Flow:
     has_weights: list[bool]
     requires_grad: list[bool]
     backward: list[bool]
-
-    @property
-    def frozen(self) -> list[bool]:
-        return [inf and not back for inf, back in zip(self.inference, self.backward)]
+    frozen: list[bool]
 
 
 def gradient_flow(profile: ModelProfile, trained: list[bool]) -> tuple[list[bool], list[bool], list[bool]]:
@@ -81,7 +78,9 @@ def gradient_flow(profile: ModelProfile, trained: list[bool]) -> tuple[list[bool
 
 def flow_of(profile: ModelProfile, config: TrainingConfig) -> Flow:
     trained, inference = trainable_flags(profile, config)
-    return Flow(trained, inference, *gradient_flow(profile, trained))
+    has_weights, requires_grad, backward = gradient_flow(profile, trained)
+    frozen = [inf and not back for inf, back in zip(inference, backward)]
+    return Flow(trained, inference, has_weights, requires_grad, backward, frozen)
 
 
 def output_channels(layer) -> int:
