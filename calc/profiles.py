@@ -31,7 +31,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("CALC_CACHE_DIR", Path.home() / ".cache" / "keras-memory-calc"))
 
 
-def _keras_version() -> str:
+def installed_keras_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -49,7 +49,7 @@ BUILDS = Counter()  # spec key -> Keras builds done by this process (tests check
 
 
 def shipped_path(spec: ModelSpec) -> Path:
-    return SHIPPED_DIR / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json.gz"
+    return SHIPPED_DIR / f"{spec.key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.json.gz"
 
 
 def _read_shipped(spec: ModelSpec) -> ModelProfile | None:
@@ -116,7 +116,7 @@ def _file_profile(spec: ModelFile) -> ModelProfile:
         if key in _memory:
             _memory.move_to_end(key)
             return _memory[key]
-    path = cache_dir() / f"{key}-keras{_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
+    path = cache_dir() / f"{key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
     profile = _read_cached(path)
     if profile is None:
         profile = profile_upload(data, spec.key, max_bytes=len(data) + 1)
@@ -137,7 +137,7 @@ def _write_cached(path: Path, profile: ModelProfile) -> None:
 
 
 def _read_or_build(spec: ModelSpec) -> ModelProfile:
-    path = cache_dir() / f"{spec.key}-keras{_keras_version()}-v{PROFILE_FORMAT}.json"
+    path = cache_dir() / f"{spec.key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.json"
     cached = _read_cached(path)
     if cached is not None:
         return cached

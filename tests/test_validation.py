@@ -2,16 +2,24 @@
 
 import json
 import os
+import re
+import statistics
+from pathlib import Path
 
 import pytest
 
+from calc.validation.ledgers import fresh_profile
+from calc.validation.ledgers import committed_profiles, read_ledgers, validation_specs
+from calc.validation.planned import add_planned, make_case, planned_cases
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
-from calc.validation import (CPU_DATA, CPU_REPORT, CUSTOM_CASES, CUSTOM_DATA, GPU_JAX_DATA, GPU_JAX_REPORT, GPU_TF_DATA, GPU_TF_XLA_DATA,
-                             NO_CAVEAT, VALIDATION_CASES, CaveatRecord, ValidationRow, caveat_record, caveat_records, load_measurements,
+from calc.validation import (CPU_DATA, CPU_REPORT, CUSTOM_DATA, FP16_DATA, GPU_JAX_DATA, GPU_JAX_REPORT, GPU_TF_DATA,
+                             GPU_TF_XLA_DATA, NO_CAVEAT, WALK_DATA, CaveatRecord, case_id, cases, ValidationRow, caveat_record, caveat_records, load_measurements,
                              load_report, record_sentence, report_path, save_report, summarize, validate)
 
+ROOT = Path(__file__).resolve().parent.parent
 DATA = load_measurements(CPU_DATA)
+SPEC, CONFIG = cases(CPU_DATA)[0]
 
 
 def test_environment_is_recorded():
@@ -39,18 +47,44 @@ def test_coverage_of_the_set():
                         "lion", "adafactor", "lamb"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("data", [CPU_DATA, CUSTOM_DATA, GPU_TF_DATA, GPU_TF_XLA_DATA, GPU_JAX_DATA],
-                         ids=["cpu", "own_models", "gpu_tf", "gpu_tf_xla", "gpu_jax"])
-def test_committed_report_matches_the_engine(data):
-    """`python -m calc validate [--data ...] --save` was run after the last engine change."""
-    rows = validate(data)
-    report = json.loads(report_path(data).read_text())
-    assert [c["case"] for c in report["cases"]] == [r.case for r in rows]
-    assert [c["predicted_bytes"] for c in report["cases"]] == [r.predicted_bytes for r in rows]
-    assert report["summary"]["median_abs_error"] == summarize(rows).median_abs
-    worst_over = max(r.relative_error for r in rows)
-    assert report["summary"]["worst_over_prediction"] == max(0.0, worst_over)
+SLICES = [(CPU_DATA, i, 4) for i in range(4)] + [(d, 0, 1) for d in (FP16_DATA, CUSTOM_DATA, GPU_TF_DATA,
+                                                                     GPU_TF_XLA_DATA, GPU_JAX_DATA)]
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("data, index, parts", SLICES, ids=[f"{d.stem}-{i}" for d, i, _ in SLICES])
+def test_committed_report_matches_the_engine(data, index, parts):
+    """`python -m calc validate [--data ...] --save` was run after the last engine change
+    (on the committed ledgers: no Keras build). The CPU set is checked in four slices."""
+    rows = validate(data, committed_profiles(note=pytest.fail), (index, parts))
+    cases = json.loads(report_path(data).read_text())["cases"][index::parts]
+    assert [c["case"] for c in cases] == [r.case for r in rows]
+    assert [c["predicted_bytes"] for c in cases] == [r.predicted_bytes for r in rows]
+    assert [c["caveats"] for c in cases] == [list(r.caveats) for r in rows]
+
+
+def test_the_report_summary_is_its_cases():
+    for data in (CPU_DATA, CUSTOM_DATA, GPU_TF_DATA):
+        report = json.loads(report_path(data).read_text())
+        errors = [abs(c["relative_error"]) for c in report["cases"]]
+        assert report["summary"]["median_abs_error"] == statistics.median(errors)
+        assert report["summary"]["worst_over_prediction"] == max(0.0, max(c["relative_error"] for c in report["cases"]))
+
+
+def test_every_validation_model_has_a_committed_ledger_for_the_pinned_keras():
+    ledgers = read_ledgers()
+    assert ledgers is not None and ledgers.usable()
+    specs = validation_specs(WALK_DATA)
+    assert len(specs) > 400
+    assert all(ledgers.profile(spec) is not None for spec in specs.values())
+
+
+@pytest.mark.keras
+@pytest.mark.parametrize("key", ["MobileNetV3Small-128x128x3-head1000", "ResNet50-96x96x3-head10", "mlp.keras"])
+def test_a_fresh_keras_build_gives_the_committed_ledger(key):
+    """The committed ledgers are what this Keras builds (``validate --rebuild-ledgers`` checks them all)."""
+    specs = validation_specs(WALK_DATA)
+    assert fresh_profile(specs[key]) == read_ledgers().profile(specs[key])
 
 
 def test_own_model_cases_are_saved_files_in_the_repository_measured_like_the_set():
@@ -63,8 +97,6 @@ def test_own_model_cases_are_saved_files_in_the_repository_measured_like_the_set
     for case in data["cases"]:
         runs = sorted(case["peaks_bytes"])
         assert len(runs) >= 3 and case["peak_bytes"] == runs[len(runs) // 2]
-    # Each file holds zeros: the weights' values do not change a step's memory, and zeros keep the repository small.
-    assert {s.path for s, _ in CUSTOM_CASES} >= {s.path for s in specs}
 
 
 def test_each_data_file_has_its_own_report():
@@ -84,7 +116,7 @@ def test_the_gpu_slice_has_one_run_per_case_and_skips_failed_runs(tmp_path):
 
 
 def test_error_from_the_nearest_run_is_zero_inside_the_runs_and_signed_outside():
-    spec, config = VALIDATION_CASES[0]
+    spec, config = SPEC, CONFIG
 
     def row(predicted, runs=(90, 100, 120)):
         return ValidationRow("c", spec, config, 100, 0.3, predicted, runs)
@@ -127,7 +159,7 @@ def test_the_estimate_is_set_against_the_same_single_runs():
 
 
 def test_the_saved_report_says_how_far_the_runs_themselves_lie_apart(tmp_path):
-    spec, config = VALIDATION_CASES[0]
+    spec, config = SPEC, CONFIG
     rows = [ValidationRow("a", spec, config, 100, 0.0, 120, (100, 100, 130)),
             ValidationRow("b", spec, config, 100, 0.0, 95, (100,))]
     save_report(rows, tmp_path / "report.json")
@@ -140,7 +172,7 @@ def test_the_saved_report_says_how_far_the_runs_themselves_lie_apart(tmp_path):
 
 
 def test_caveat_records_group_cases_by_kind_with_the_margin_that_covers_every_run():
-    spec, config = VALIDATION_CASES[0]
+    spec, config = SPEC, CONFIG
 
     def row(predicted, runs, caveats=()):
         return ValidationRow("c", spec, config, sorted(runs)[1], 0.0, predicted, runs, caveats)
@@ -165,7 +197,7 @@ def test_caveat_records_group_cases_by_kind_with_the_margin_that_covers_every_ru
 
 
 def test_the_saved_report_keeps_each_cases_caveats_and_their_records(tmp_path):
-    spec, config = VALIDATION_CASES[0]
+    spec, config = SPEC, CONFIG
     rows = [ValidationRow("a", spec, config, 100, 0.0, 120, (90, 100, 130), ("large_variable",)),
             ValidationRow("b", spec, config, 100, 0.0, 95, (100,))]
     path = tmp_path / "report.json"
@@ -191,3 +223,33 @@ def test_the_overall_record_covers_every_run_of_every_case():
     assert record.margin_for_every_run == pytest.approx(0.5 / 1.5)
     assert overall_record({"cases": []}) is None and overall_record({}) is None
 
+
+
+def test_a_planned_case_is_written_with_its_prediction_and_read_back(tmp_path):
+    path = tmp_path / "planned.json"
+    spec, config = make_case("ResNet50", (96, 128), 8, "rmsprop", precision="mixed_bfloat16", mode="frozen_backbone",
+                             centered=True)
+    assert case_id(spec, config) == "ResNet50-96x128x3-head1000 b8 rmsprop centered mixed_bfloat16 frozen_backbone"
+    add_planned([(spec, config, 123, "--seed 1")], "cpu", path)
+    add_planned([(spec, config, 456, "--seed 2")], "cpu", path)  # planned again: replaced, not doubled
+    assert planned_cases("cpu", path) == [(spec, config)] and planned_cases("custom", path) == []
+    assert json.loads(path.read_text())["cases"][0]["predicted_peak_bytes"] == 456
+
+
+def test_the_measured_cases_are_what_make_case_builds():
+    """The data files are the case lists: every catalogue case is one ``make_case`` call away."""
+    for case in DATA["cases"][:50]:
+        spec, config = spec_from_dict(case["spec"]), config_from_dict(case["config"])
+        opts = {k: v for k, v in vars(config.optimizer_options).items() if v is True}
+        size = (spec.height, spec.width)
+        again = make_case(spec.name, size, config.batch_size, config.optimizer.value, config.precision.value,
+                          config.train_mode.value, config.last_n_layers, config.gradient_accumulation_steps,
+                          spec.channels, spec.classes, head=not spec.include_top and config.train_mode.value == "all",
+                          **opts)
+        assert case_id(*again) == case["case"]
+
+
+def test_keras_is_pinned_to_the_version_of_the_shipped_and_committed_ledgers():
+    pins = re.findall(r"^keras==([\d.]+)$", (ROOT / "requirements.txt").read_text(), re.M)
+    shipped = {re.search(r"-keras([\d.]+)-v", p.name).group(1) for p in (ROOT / "calc/data/profiles").iterdir()}
+    assert pins == [read_ledgers().keras] and shipped == set(pins)

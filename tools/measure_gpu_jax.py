@@ -95,11 +95,11 @@ NO_AUTOTUNE = False
 
 def measure(path: str, names: list[str]) -> None:
     from calc.requests import config_to_dict, spec_to_dict
-    from calc.validation import VALIDATION_CASES, case_id
+    from calc.validation import CPU_DATA, case_id, cases
 
     wanted = [n for n in GPU_CASES if not names or any(s in n for s in names)]
     cases = [{"case": case_id(s, c), "spec": spec_to_dict(s), "config": config_to_dict(c)}
-             for s, c in VALIDATION_CASES if case_id(s, c) in wanted]
+             for s, c in cases(CPU_DATA) if case_id(s, c) in wanted]
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(_measure_one, cases))
     for r in results:

@@ -33,7 +33,7 @@ from threading import Lock
 # The JAX/XLA slice's cases, for a three-way comparison (beside this script).
 from measure_gpu_jax import GPU_CASES as JAX_SLICE
 
-from calc.validation import VALIDATION_CASES, case_id, load_measurements, save_measurement
+from calc.validation import CPU_DATA, case_id, cases, load_measurements, save_measurement
 from calc.workers.measure import MeasurementError, measure_training_step
 
 MIB = 1 << 20
@@ -48,7 +48,7 @@ def gpu_cases() -> list[tuple]:
     Returned largest CPU peak first (the longest runs start first).
     """
     cpu = {c["case"]: c["peak_bytes"] for c in load_measurements()["cases"]}
-    by_id = {case_id(s, c): (s, c) for s, c in VALIDATION_CASES}
+    by_id = {case_id(s, c): (s, c) for s, c in cases(CPU_DATA)}
     rest = sorted(cid for cid, peak in cpu.items() if cid in by_id and peak <= MAX_CPU_PEAK and cid not in JAX_SLICE)
     drawn = random.Random(SAMPLE_SEED).sample(rest, SAMPLE_SIZE)
     chosen = [cid for cid in JAX_SLICE if cid in by_id] + drawn

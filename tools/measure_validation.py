@@ -1,10 +1,13 @@
-"""Measures the validation cases that are not in the data file yet.
+"""Measures the planned validation cases that are not in their data file yet.
 
-    python tools/measure_validation.py [--jobs 2] [--repeats 3] [--only SUBSTRING] [--custom | --fp16-slice SECONDS]
+    python tools/measure_validation.py [--jobs 2] [--repeats 3] [--only SUBSTRING] [--redo] [--custom | --fp16-slice SECONDS]
 
-Each case runs ``repeats`` times, each in a fresh single-threaded process, and the
-median peak is stored with every run's peak in ``calc/data/validation_cpu.json``
-(``--custom``: the own-model cases, ``CUSTOM_CASES``, in ``validation_custom_cpu.json``).
+The cases to measure are those of ``validation/planned.json`` (drawn and predicted by
+``tools/sample_holdout.py`` and committed before measuring) for the set, and with
+``--redo`` the set's measured cases again. Each case runs ``repeats`` times, each in a
+fresh single-threaded process, and the median peak is stored with every run's peak in
+``calc/data/validation_cpu.json`` (``--custom``: the own models, saved files, in
+``validation_custom_cpu.json``).
 
 ``--fp16-slice SECONDS``: the committed mixed_float16 cases whose three runs
 took at most SECONDS, again, into ``validation_cpu_fp16.json``, on a CPU with
@@ -22,16 +25,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from threading import Lock
 
 from calc.types import Device, Precision
-from calc.validation import (
-    CPU_DATA,
-    CUSTOM_CASES,
-    CUSTOM_DATA,
-    FP16_DATA,
-    VALIDATION_CASES,
-    case_id,
-    load_measurements,
-    save_measurement,
-)
+from calc.validation import CPU_DATA, CUSTOM_DATA, FP16_DATA, case_id, cases, load_measurements, save_measurement
+from calc.validation.planned import planned_cases
 from calc.workers.measure import MeasurementError, local_cpu_device, measure_training_step
 
 
@@ -39,7 +34,7 @@ def _fp16_slice(max_seconds: float) -> list:
     if local_cpu_device() is not Device.CPU_FP16:
         raise SystemExit("this CPU has no AVX512-FP16: its float16 steps are the committed ones already")
     seconds = {c["case"]: c.get("seconds", 0.0) for c in load_measurements(CPU_DATA)["cases"] if "peak_bytes" in c}
-    return [(s, c) for s, c in VALIDATION_CASES
+    return [(s, c) for s, c in cases(CPU_DATA)
             if c.precision is Precision.MIXED_FLOAT16 and seconds.get(case_id(s, c), float("inf")) <= max_seconds]
 
 
@@ -55,12 +50,13 @@ def main() -> None:
                        help="the quick mixed_float16 cases again, on a CPU with AVX512-FP16")
     args = parser.parse_args()
     if args.fp16_slice is not None:
-        cases, data = _fp16_slice(args.fp16_slice), FP16_DATA
+        wanted, data = _fp16_slice(args.fp16_slice), FP16_DATA
     else:
-        cases, data = (CUSTOM_CASES, CUSTOM_DATA) if args.custom else (VALIDATION_CASES, CPU_DATA)
+        data = CUSTOM_DATA if args.custom else CPU_DATA
+        wanted = planned_cases("custom" if args.custom else "cpu") + (cases(data) if args.redo else [])
     done = {c["case"] for c in load_measurements(data)["cases"]}
     todo = [
-        (s, c) for s, c in cases
+        (s, c) for s, c in wanted
         if args.only in case_id(s, c) and (args.redo or case_id(s, c) not in done)
     ]
     print(f"{len(todo)} cases to measure", flush=True)

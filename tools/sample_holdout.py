@@ -8,8 +8,8 @@ the issue describes the set (every catalogue model, batch 1-64, every optimizer 
 and its options, the three precisions, full training, a frozen backbone or the last N
 layers, sometimes gradient accumulation, a non-square image or one channel), keeps those
 this 2-core machine measures in a few minutes (predicted peak and activations under the
-limits), and prints them as ``_case(...)`` lines for ``calc/validation.py`` with the
-engine's prediction beside each, to be committed before they are measured.
+limits), and prints them with the engine's prediction beside each; ``--save`` adds them to
+``validation/planned.json``, to be committed before ``tools/measure_validation.py`` measures them.
 ``--precision`` sets every drawn case's precision (the rest is drawn as before), for a
 holdout aimed at one precision's mechanisms; ``--trained`` keeps only the drawn steps
 that train the backbone (full training or the last N layers); ``--frozen`` keeps only the
@@ -30,7 +30,8 @@ import sys
 from calc.catalogue import CATALOGUE
 from calc.estimate import estimate_memory
 from calc.profiles import get_profile
-from calc.validation import _case
+from calc.validation import case_id
+from calc.validation.planned import PLANNED, add_planned, make_case
 
 SIDES = (64, 96, 128, 160, 192, 224, 256, 299, 331, 380)
 BATCHES = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -42,7 +43,7 @@ OPTIONS = {  # optimizer -> options it may take, each drawn with probability 1/3
 
 
 def draw(rng: random.Random, models: tuple[str, ...] = ()) -> tuple[tuple, dict]:
-    """One configuration: (``_case`` positional arguments, keyword arguments)."""
+    """One configuration: (``make_case`` positional arguments, keyword arguments)."""
     entry = CATALOGUE[rng.choice(sorted(models or CATALOGUE))]
     sides = [s for s in SIDES if entry.min_size <= s <= max(entry.default_size, 224)]
     size = rng.choice(sides)
@@ -81,13 +82,15 @@ def main() -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--trained", action="store_true")
     group.add_argument("--frozen", action="store_true")
+    parser.add_argument("--save", action="store_true",
+                        help="add the kept cases with their predictions to validation/planned.json (commit it before measuring)")
     args = parser.parse_args()
     models = tuple(m for m in args.models.split(",") if m)
     unknown = [m for m in models if m not in CATALOGUE]
     if unknown:
         parser.error(f"not catalogue models: {', '.join(unknown)}")
     rng = random.Random(args.seed)
-    kept, drawn = 0, 0
+    kept, drawn, planned = 0, 0, []
     while kept < args.count:
         drawn += 1
         case_args, kwargs = draw(rng, models)
@@ -100,7 +103,7 @@ def main() -> None:
         if args.frozen and kwargs["mode"] == "all":
             continue
         try:
-            spec, config = _case(*case_args, **kwargs)  # the validation list's own constructor
+            spec, config = make_case(*case_args, **kwargs)
             estimate = estimate_memory(get_profile(spec), config)
         except ValueError as exc:  # a size the model refuses, say
             print(f"# skipped {case_args} {kwargs}: {exc}", file=sys.stderr)
@@ -110,11 +113,12 @@ def main() -> None:
         if estimate.peak_bytes > args.max_peak_gib * 2**30 or estimate.activations_bytes > args.max_activations_gib * 2**30:
             continue
         kept += 1
-        mode = kwargs.pop("mode")
-        text = ", ".join([*map(repr, case_args), *(f"{k}={v!r}" for k, v in kwargs.items()),
-                          *([f"mode={mode!r}"] if mode != "all" else [])])
-        print(f"    _case({text}),  # predicted {estimate.peak_bytes / 2**20:.1f} MiB")
+        planned.append((spec, config, estimate.peak_bytes, " ".join(sys.argv[1:])))
+        print(f"{case_id(spec, config):80s} predicted {estimate.peak_bytes / 2**20:9.1f} MiB")
     print(f"# {kept} kept of {drawn} drawn (seed {args.seed})", file=sys.stderr)
+    if args.save:
+        add_planned(planned, "cpu")
+        print(f"# added to {PLANNED}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from calc.engine.ledger import OPT, W
 from calc.engine.walk import simulate as _simulate
 from calc.estimate import estimate_memory, plan_step
 from calc.profiles import get_profile
-from calc.validation import CUSTOM_CASES, VALIDATION_CASES, case_id
+from calc.validation import CPU_DATA, CUSTOM_DATA, case_id, cases
 from calc.workers.measure import measure_once
 
 MIB = 2 ** 20
@@ -84,7 +84,7 @@ NOT_THE_MODEL = re.compile(r"^(gradient_tape|sgd|adam|adamw|nadam|adamax|rmsprop
 
 def find_case(substring: str):
     """The first validation case (catalogue, then own models) whose id contains ``substring``."""
-    match = next(((s, c) for s, c in (*VALIDATION_CASES, *CUSTOM_CASES) if substring in case_id(s, c)), None)
+    match = next(((s, c) for s, c in (*cases(CPU_DATA), *cases(CUSTOM_DATA)) if substring in case_id(s, c)), None)
     if match is None:
         raise SystemExit(f"no validation case contains {substring!r}")
     return match
