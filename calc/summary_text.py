@@ -269,7 +269,7 @@ def _build(rows: list[_Row], connected: bool, name: str, activation: str) -> Sum
                                  (row.dims,), trainable, frozen, activation=function))
         defined.append((row.name, row.name_cut, t))
     outputs = tuple(t for _, _, t in defined if t not in consumed and t not in input_ids) or (len(elements) - 1,)
-    unknown = tuple(sorted({l.layer_type for l in layers if not is_known_layer_type(l.layer_type)}))
+    unknown = tuple(sorted({layer.layer_type for layer in layers if not is_known_layer_type(layer.layer_type)}))
     first_input = rows[0].dims
     profile = ModelProfile(name=name, input_shape=first_input, layers=tuple(layers), tensor_elements=tuple(elements),
                            input_ids=tuple(input_ids), output_ids=outputs, unknown_layer_types=unknown)

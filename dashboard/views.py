@@ -15,10 +15,10 @@ from calc.estimate import (
     spread_caveats,
     step_timeline,
 )
+from calc import caveats
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
-from calc.validation import (CAVEAT_STEPS, NO_CAVEAT, OWN_MODEL_STEPS, CaveatRecord, caveat_record, gpu_record_sentence,
-                             record_sentence)
+from calc.validation import CaveatRecord, caveat_record
 from calc.xla import XlaPlan
 from dashboard.state import Inputs
 
@@ -350,8 +350,8 @@ def rule_comparison(n: FormulaNumbers) -> list[dict[str, object]]:
     ref = n.measured_bytes or n.breakdown.peak_bytes
     rows = [
         ("Engine (this tool)", n.breakdown.peak_bytes),
-        ("Seed 000: Neural Network Console rule", n.nnc_bytes),
-        ("Seed 002: cs231n-style answer", n.cs231n_bytes),
+        ("Neural Network Console blog post's rule", n.nnc_bytes),
+        ("Stack Exchange answer (cs231n-style)", n.cs231n_bytes),
     ]
     if n.measured_bytes:
         rows.insert(0, ("Measured (TensorFlow allocator peak)", n.measured_bytes))
@@ -418,21 +418,10 @@ def summary_warnings(reading) -> list[str]:
     return notes
 
 
-# The groups of calc.validation.caveat_records, as the Validation page names them.
-CAVEAT_GROUPS = {
-    NO_CAVEAT: "none of the kinds below",
-    "inference_layout": "frozen backbone or last N layers (part of the model in inference)",
-    "large_variable": "a variable of 128 MiB or more (VGG's Flatten head)",
-    "large_fixed_request": "one request of 128 MiB or more whatever the batch (ConvNeXt)",
-    "updates_together": "mixed_float16 with the peak at the update (all updates start together)",
-    "float16_buffer": "mixed_float16 with the peak at a float16 kernel's buffer (small steps)",
-}
-
-
 def caveat_rows(report: dict) -> list[dict]:
     """Per group of validation cases, the estimate's record, for the Validation page's table."""
     rows = []
-    for kind, steps in CAVEAT_GROUPS.items():
+    for kind, steps in caveats.CAVEAT_GROUPS.items():
         if (record := caveat_record(report, kind)) is not None:
             rows.append({"steps with": steps, "cases": record.cases, "lowest error": record.lowest_error,
                          "highest error": record.highest_error,
@@ -440,41 +429,12 @@ def caveat_rows(report: dict) -> list[dict]:
     return rows
 
 
-# The Estimator's warning for each kind of calc.estimate.spread_caveats, in the order shown;
-# ``{size}`` is the bytes behind the kind in the chosen unit.
-CAVEAT_NOTES = {
-    "inference_layout": (
-        "Frozen backbone or last N layers: part of the model runs in inference, where each feature map is freed "
-        "soon after it is made and TensorFlow's allocator hands out whole chunks, so the real peak jumps between "
-        "neighbouring batch sizes and differs between runs of the same step. The estimate simulates the allocator "
-        "at every batch (the grey 'allocator' part; docs/BFC_SIM.md)"),
-    "large_variable": (
-        "One variable of this model holds {size} (a Flatten head's first Dense layer grows with the image size; a "
-        "no-top head with global pooling has none). When the executor applies its gradient decides the peak, so "
-        "repeated runs of one step can have two modes, and the estimate lies between them"),
-    "large_fixed_request": (
-        "The backward pass of this model's grouped depthwise convolutions (compiled by XLA, as Keras does on "
-        "TensorFlow) asks for {size} at once, whatever the batch. TensorFlow's allocator may hand that request a "
-        "free chunk up to 128 MiB larger, depending on what its pool holds, so repeated runs of one step differ"),
-    "updates_together": (
-        "Mixed float16: Keras' loss scaling checks every gradient before any update, then the updates of all "
-        "variables start together, and this step peaks there ({size} of update temporaries counted, the "
-        "average measured on Dense chains). How many of them are alive at once differs between runs"),
-    "float16_buffer": (
-        "Mixed float16 on a CPU: TensorFlow's own float16 kernels run, and this step peaks while one of them "
-        "holds a buffer of {size} (a convolution gradient's im2col buffer, or a Dense layer's float32 copies), "
-        "which the allocator may place in a larger free chunk, so repeated runs differ. On a GPU these buffers "
-        "do not exist"),
-}
-
-
 def own_model_note(inputs: Inputs, record: CaveatRecord | None) -> str | None:
     """For a model the user brought (a file or a pasted summary), how the estimate fared on
     the own-model slice; None for a catalogue model or without a record."""
     if inputs.source == "catalogue" or record is None:
         return None
-    return (f"Your own model: the engine's rules were measured on Keras applications; "
-            f"{record_sentence(record, OWN_MODEL_STEPS)} (Validation page).")
+    return caveats.own_model_note(record)
 
 
 def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRecord],
@@ -485,16 +445,6 @@ def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRe
     (``dashboard.loaders.caveat_records()``); a kind without one gets the warning alone.
     ``gpu_records``: the same from the H100 slice, added for GPU kernels.
     """
-    notes = []
-    for kind, template in CAVEAT_NOTES.items():
-        if kind not in view.caveats:
-            continue
-        text = template.format(size=fmt(view.caveats[kind], inputs))
-        record = records.get(kind)
-        if record is not None:
-            text += f": {record_sentence(record, CAVEAT_STEPS[kind])}"
-        gpu = (gpu_records or {}).get(kind) if inputs.device == "gpu" else None
-        if gpu is not None:
-            text += f"; {gpu_record_sentence(gpu, CAVEAT_STEPS[kind])}"
-        notes.append(f"{text}.")
-    return notes
+    gpu = (gpu_records or {}) if inputs.device == "gpu" else {}
+    return [caveats.caveat_note(kind, fmt(view.caveats[kind], inputs), records.get(kind), gpu.get(kind))
+            for kind in caveats.CAVEATS if kind in view.caveats]

@@ -30,7 +30,7 @@ if n.waits_for_all:
     update_text = (f"when that branch starts, the updates of all variables are ready at once, and the peak holds "
                    f"update temporaries of many of them together: measured on Dense chains, about "
                    f"{n.branch_per_param:g} per trainable parameter for `{inputs.optimizer}` beyond the gradient "
-                   f"(`branch_temporaries` in `calc.facts.optimizers`; the runs scatter, `docs/MEASUREMENTS.md`, stop 12): "
+                   f"(`branch_temporaries` in `calc.facts.optimizers`; the runs scatter, `docs/notes/optimizer-temporaries.md`): "
                    f"{n.branch_per_param:g} × {n.trainable_params:,} × 4 B, or one update's scratch if that is larger, "
                    f"counted when the update is the peak")
 else:
@@ -39,7 +39,7 @@ else:
                    f"parameter (SGD momentum's m·momentum, RMSprop's ρ·v, ...); nothing waits for the gradient, so "
                    f"they can run at the start of the step and live until the variable's update. Measured, the peak "
                    f"holds about {n.early_alive:.0%} of them on average (the executor runs some late; "
-                   f"`docs/MEASUREMENTS.md`, stop 12). At most {n.early_alive:g} × {n.early_per_param} × "
+                   f"`docs/notes/optimizer-temporaries.md`). At most {n.early_alive:g} × {n.early_per_param} × "
                    f"{n.trainable_params:,} × 4 B; those of the variables not yet updated at the peak")
 
 half_text = ""
@@ -84,12 +84,12 @@ st.markdown(f"`nvidia-smi` would show about **{f(gpu.overhead_bytes)}** more (CU
             "plus whatever TensorFlow reserved beyond the peak unless memory growth is on.")
 
 st.header("2. The rules of thumb people use, for the same configuration")
-st.latex(r"\text{NNC (seed 000)}:\ (N \cdot B + P) \times 2 \times 4\ \text{bytes}")
+st.latex(r"\text{Neural Network Console blog post}:\ (N \cdot B + P) \times 2 \times 4\ \text{bytes}")
 st.markdown(f"N = {n.neurons:,} (every Output Shape of `model.summary()` summed), P = {n.weights_params:,}, "
             f"B = {n.batch} → **{n.nnc_bytes:,} bytes ({f(n.nnc_bytes)})**")
-st.latex(r"\text{cs231n answer (seed 002)}:\ N \cdot 2 \cdot 4 \cdot B + P \cdot 3 \cdot 4 + B \cdot I \cdot 4")
+st.latex(r"\text{Stack Exchange answer (cs231n)}:\ N \cdot 2 \cdot 4 \cdot B + P \cdot 3 \cdot 4 + B \cdot I \cdot 4")
 st.markdown(f"→ **{n.cs231n_mb:,.2f} MB** (MB = 1024², as the answer divides)")
-st.latex(r"\text{max batch (seed 004)} = \frac{\text{GPU bytes}}{4\,(N + P_{trainable})}")
+st.latex(r"\text{max batch (batch-size Q\&A)} = \frac{\text{GPU bytes}}{4\,(N + P_{trainable})}")
 st.markdown(f"→ **{n.seed_max_batch:,}** on {gpu.name}; this tool says **{n.engine_max_batch:,}**.")
 table = pd.DataFrame(views.rule_comparison(n))
 st.dataframe(table, hide_index=True, column_config={table.columns[2]: st.column_config.NumberColumn(format="percent")})
@@ -103,27 +103,27 @@ st.markdown(
   BatchNormalization + ReLU keep one tensor each, not "value and gradient" of every output. BatchNorm-heavy
   networks are over-estimated most.
 - **Gradients of activations are not all alive at once.** The backward pass frees each layer's kept tensors as it goes.
-- **Optimizer state ignored (seed 000) or guessed as 1× (seed 002).** Adam keeps two slots per parameter; for
+- **Optimizer state ignored (the blog post) or guessed as 1× (the Stack Exchange answer).** Adam keeps two slots per parameter; for
   weight-heavy models (VGG with its top) this is the largest part and the rules *under*-estimate.
-- **Parameters multiplied as if they grew with the batch** (seed 004's max-batch rule divides all memory by
+- **Parameters multiplied as if they grew with the batch** (the batch-size Q&A's max-batch rule divides all memory by
   activations + parameters per sample).
-- **1000 vs 1024.** The seeds mix MB = 10⁶ and MB = 1024²; GPU cards are sold in GB but `nvidia-smi` counts MiB.
+- **1000 vs 1024.** These sources mix MB = 10⁶ and MB = 1024²; GPU cards are sold in GB but `nvidia-smi` counts MiB.
 - **What `nvidia-smi` adds**: the CUDA context and library handles, and TensorFlow's reservation.
 - **A frozen backbone** keeps almost nothing for the backward pass; the rules still count every activation.
 """
 )
 
-st.header("4. The seeds' worked examples, reproduced")
+st.header("4. Their worked examples, reproduced")
 st.markdown(
     f"""
-- Seed 000, VGG16 at 224×224, batch 8: (15,262,696 × 8 + 138,357,544) × 2 × 4 =
+- The Neural Network Console blog post, VGG16 at 224×224, batch 8: (15,262,696 × 8 + 138,357,544) × 2 × 4 =
   **{classic.nnc_bytes(15_262_696, 138_357_544, 8):,} bytes** ≈ 2 GB, as printed.
-  The seed then says batch 32 needs "4×, about 8 GB"; its own rule gives
+  The post then says batch 32 needs "4×, about 8 GB"; its own rule gives
   **{classic.nnc_bytes(15_262_696, 138_357_544, 32):,} bytes** (5.0 GB): the parameters do not grow with the batch.
-- Seed 002: 532,752 activations, 19,072,984 parameters, 180×50×1 input, batch 128:
+- The Stack Exchange question: 532,752 activations, 19,072,984 parameters, 180×50×1 input, batch 128:
   4.06 × 128 + 218.27 + 4.39 = **{classic.cs231n_answer(532_752, 19_072_984, 9000, 128).total_mb} MB**
   (the question's own sum: {classic.cs231n_question_mb(532_752, 19_072_984, 9000, 128)} MB).
-- Seed 003, tiny-cnn: (1,560,576 + 13,716) × 4 = **{classic.tiny_cnn_bytes():,} bytes**; its "about 12 MB" is the same
+- The "why do CNNs use so much memory" Q&A, tiny-cnn: (1,560,576 + 13,716) × 4 = **{classic.tiny_cnn_bytes():,} bytes**; its "about 12 MB" is the same
   count at 8 bytes ({classic.tiny_cnn_bytes(bytes_per_value=8):,}). Layer 7 has 3·3·96·192 = 165,888 weights, not 6,912.
 """
 )

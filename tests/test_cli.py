@@ -64,7 +64,7 @@ def test_estimate_by_subprocess_bad_option_exit_code():
     assert r.returncode == 2 and "positive integer" in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 def test_estimate_json_real_model():
     r = run("estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "8",
             "--optimizer", "adamw", "--precision", "mixed_bfloat16", "--gpu", "t4", "--step", "graph", "--json")
@@ -75,6 +75,7 @@ def test_estimate_json_real_model():
     assert out["fits"] is True and out["max_batch_size"] > 8
 
 
+@pytest.mark.keras
 def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     def caveats(*args):
         assert main(["estimate", *args, "--json"]) == 0
@@ -113,6 +114,7 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     assert f"a safety margin of {record.margin_for_every_run:.0%} covers every single run" in note
 
 
+@pytest.mark.keras
 def test_keras_spellings_of_the_options_mean_the_same_step(capsys):
     def peak(*args):
         assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--batch-size", "8", *args,
@@ -129,6 +131,7 @@ def test_keras_spellings_of_the_options_mean_the_same_step(capsys):
     assert peak("--num-gpus", "2") == peak("--gpus", "2")
 
 
+@pytest.mark.keras
 def test_estimate_defaults_to_the_kernels_measure_runs_here(capsys, monkeypatch):
     import calc.workers.measure
 
@@ -146,7 +149,7 @@ def test_estimate_defaults_to_the_kernels_measure_runs_here(capsys, monkeypatch)
         assert estimate() == expected
 
 
-@pytest.mark.slow
+@pytest.mark.measure
 def test_measure_json_components_sum_to_the_peak():
     r = run("measure", "--model", "MobileNetV2", "--image-size", "64", "--batch-size", "4", "--optimizer", "sgd",
             "--repeats", "1", "--json")
@@ -156,7 +159,7 @@ def test_measure_json_components_sum_to_the_peak():
     assert out["components"]["resident_before_step"] > 0 and out["device"] == "CPU:0"
 
 
-@pytest.mark.slow
+@pytest.mark.measure
 def test_measure_with_gradient_accumulation_measures_an_update_step():
     # Keras' ``iterations`` is steps // N under accumulation, a new tensor on each read:
     # the protocol once read it only once and never saw an update applied.
@@ -168,7 +171,7 @@ def test_measure_with_gradient_accumulation_measures_an_update_step():
     assert out["peak_bytes"] == sum(out["components"].values())
 
 
-@pytest.mark.slow
+@pytest.mark.measure
 def test_measure_runs_the_graph_executor_unless_asked_for_xla():
     # Keras 3's jit_compile="auto" turns XLA on by itself on a GPU; the engine models the
     # executor, so measure pins jit_compile=False unless --xla asks for it.
@@ -183,7 +186,7 @@ def test_measure_runs_the_graph_executor_unless_asked_for_xla():
     assert out["peak_bytes"] == sum(out["components"].values())
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
     import keras
 
@@ -206,7 +209,7 @@ def test_estimate_and_max_batch_of_your_own_file(tmp_path, capsys):
 
     assert main(["estimate", "--file", str(path), "--batch-size", "8", "--optimizer", "sgd"]) == 0
     own = record_sentence(overall_record(load_report(CUSTOM_REPORT)), OWN_MODEL_STEPS)
-    assert f"note: your own model: the engine's rules were measured on Keras applications; {own}" in \
+    assert f"note: Your own model: the engine's rules were measured on Keras applications; {own}" in \
         capsys.readouterr().out
     assert main(["max-batch", "--file", str(path), "--optimizer", "sgd", "--gpu", "t4", "--step", "graph", "--json"]) == 0
     t4 = GPU_PRESETS["t4"]
@@ -243,6 +246,7 @@ def test_validate_prints_the_record_of_each_caveat_kind(tmp_path, capsys):
     assert "TensorFlow against itself" in text and "the estimate against the same single runs" in text
 
 
+@pytest.mark.keras
 def test_gpu_kernels_add_the_h100_record_to_a_note(capsys):
     from calc.validation import GPU_TF_REPORT, caveat_record, load_report, record_sentence
 
@@ -252,10 +256,10 @@ def test_gpu_kernels_add_the_h100_record_to_a_note(capsys):
     assert f"; with TensorFlow on an H100, {gpu}" in capsys.readouterr().out
     assert main(frozen) == 0
     out = capsys.readouterr().out
-    assert "note: part of the model runs in inference" in out and "H100" not in out
+    assert "part of the model runs in inference" in out and "H100" not in out
 
 
-@pytest.mark.slow
+@pytest.mark.measure
 @pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has a GPU")
 def test_measure_on_gpu_kernels_says_when_the_machine_has_no_gpu():
     r = run("measure", "--model", "MobileNetV3Small", "--image-size", "32", "--batch-size", "1",

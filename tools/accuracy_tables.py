@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from calc.caveats import CAVEAT_GROUPS
+from calc.validation import caveat_record
 
-from calc.validation import CAVEAT_STEPS, NO_CAVEAT, caveat_record  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DATA_DIR = ROOT / "calc" / "data"
 DOC = ROOT / "docs" / "ACCURACY.md"
@@ -48,15 +48,8 @@ SLICES = (
     ("gpu_jax_h100_noautotune_report.json", "Keras applications, H100, JAX, autotuning off", "xla", "the walk"),
     ("gpu_jax_h100_plan_report.json", "Keras applications, H100, JAX, autotuning on", "xla", "XLA's plan"),
 )
-# How the tables name each kind of calc.estimate.spread_caveats (CAVEAT_STEPS words them for sentences).
-CAVEAT_ROWS = {
-    NO_CAVEAT: "none of the kinds below",
-    "inference_layout": "a frozen backbone or the last N layers",
-    "large_variable": "a variable of 128 MiB or more (VGG's Flatten head)",
-    "large_fixed_request": "one request of 128 MiB or more whatever the batch (ConvNeXt)",
-    "updates_together": "mixed_float16 with the peak at the update",
-    "float16_buffer": "mixed_float16 with the peak at a float16 kernel's buffer",
-}
+# How the tables name each kind of calc.estimate.spread_caveats: calc.caveats, as the dashboard does.
+CAVEAT_ROWS = CAVEAT_GROUPS
 
 
 def percent(fraction: float, sign: bool = False) -> str:
@@ -100,7 +93,7 @@ def overview_table(rows) -> list[str]:
 def caveat_table(report: dict[str, Any]) -> list[str]:
     lines = ["| steps with | cases | errors against the median run | margin that covered every run |",
              "|---|---|---|---|"]
-    for kind in (NO_CAVEAT, *CAVEAT_STEPS):
+    for kind in CAVEAT_ROWS:
         record = caveat_record(report, kind)
         if record is not None:
             lines.append(f"| {CAVEAT_ROWS.get(kind, kind)} | {record.cases} | "

@@ -1,0 +1,195 @@
+"""``estimate`` and ``max-batch``: the walk or XLA's plan, the caveat notes, the batch that fits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from calc.catalogue import ModelFile, ModelSpec
+from calc.gpus import GpuPreset
+from calc.types import Device, TrainingConfig
+from calc.cli.options import GIB, gpu_from_args, print_out, profile_and_config, spec_and_config
+
+def _caveat_notes(caveats: dict[str, int], device: Device = Device.CPU) -> list[str]:
+    """One note per caveat kind (``calc.caveats``), each followed by its measured record when
+    the report has one (for GPU kernels, the H100 slice's record too)."""
+    from calc.caveats import caveat_note
+    from calc.validation import GPU_TF_REPORT, caveat_record, load_report
+
+    def report_or_nothing(*path):
+        try:
+            return load_report(*path)
+        except (OSError, ValueError):
+            return {}
+
+    report = report_or_nothing() if caveats else {}
+    gpu_report = report_or_nothing(GPU_TF_REPORT) if caveats and device is Device.GPU else {}
+    return [caveat_note(kind, f"{nbytes / GIB:.3f} GiB", caveat_record(report, kind), caveat_record(gpu_report, kind))
+            for kind, nbytes in caveats.items()]
+
+
+def _own_model_note() -> list[str]:
+    """How the estimate fared on the own-model slice (architectures the engine was not fitted on)."""
+    from calc.caveats import own_model_note
+    from calc.validation import CUSTOM_REPORT, load_report, overall_record
+
+    try:
+        record = overall_record(load_report(CUSTOM_REPORT))
+    except (OSError, ValueError):
+        return []
+    return [] if record is None else [own_model_note(record)]
+
+
+def _step(args: argparse.Namespace) -> str:
+    """``--step``, or what Keras runs by default: XLA on a GPU preset, else the graph executor."""
+    step = args.step or ("xla" if args.gpu else "graph")
+    if args.remat != "none" and step != "xla":
+        raise ValueError("--remat is answered by the XLA plan: add --step xla and --gpu PRESET.")
+    return step
+
+
+def _plan_spec(args: argparse.Namespace) -> ModelSpec | ModelFile:
+    import os
+
+    return ModelFile(os.path.abspath(args.file)) if args.file else spec_and_config(args)[0]
+
+
+def _xla_plan_or_reason(args: argparse.Namespace, config: TrainingConfig, gpu: GpuPreset | None):
+    """(plan, None) or (None, one-line reason the walk is shown instead)."""
+    from calc.xla import PlanError, compute_plan
+
+    if gpu is None:
+        return None, "the XLA plan compiles for a card: add --gpu PRESET"
+    try:
+        return compute_plan(_plan_spec(args), config, gpu.key, "" if args.remat == "none" else args.remat), None
+    except PlanError as exc:
+        return None, str(exc)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from calc.estimate import estimate_memory, fit_on_gpu, spread_caveats
+
+    name, profile, config = profile_and_config(args)
+    gpu = gpu_from_args(args)
+    step = _step(args)
+    if step == "xla":
+        plan, reason = _xla_plan_or_reason(args, config, gpu)
+        if plan is not None:
+            return _print_plan(args, name, config, gpu, plan)
+        print(f"calc: the XLA plan is unavailable ({reason}); showing the graph-executor walk instead",
+              file=sys.stderr)
+    b = estimate_memory(profile, config)
+    out: dict[str, Any] = {
+        "model": name,
+        "step": "graph",
+        "batch_size": config.batch_size,
+        "per_device_batch": config.per_replica_batch,
+        "optimizer": config.optimizer.value,
+        "precision": config.precision.value,
+        "train_mode": config.train_mode.value,
+        "device": config.device.value,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "peak_bytes": b.peak_bytes,
+        "components": b.components(),
+        "peak_phase": b.peak_phase,
+        "unknown_layer_types": list(profile.unknown_layer_types),
+        "caveats": spread_caveats(profile, config),
+    }
+    if step == "xla":
+        out["xla_unavailable"] = reason
+    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
+             f"{config.train_mode.value}  on {config.device.value}  (graph executor, jit_compile=False)"]
+    lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in b.components().items()]
+    lines.append(f"  {'predicted peak':20s} {b.peak_bytes / GIB:10.3f} GiB  ({b.peak_bytes:,} bytes, at {b.peak_phase})")
+    if gpu is not None:
+        fit = fit_on_gpu(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
+        out.update(gpu=gpu.key, gpu_memory_bytes=gpu.memory_bytes, framework_overhead_bytes=gpu.overhead_bytes,
+                   fits=fit.fits, max_batch_size=fit.max_batch)
+        verdict = "fits" if fit.fits else "does NOT fit"
+        lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: {verdict} "
+                     f"({fit.needed_bytes / GIB:.2f} of {fit.usable_bytes / GIB:.2f} GiB usable); "
+                     f"largest batch that fits: {fit.max_batch}")
+    lines += [f"  note: {note}" for note in _caveat_notes(out["caveats"], config.device)]
+    if args.file:
+        lines += [f"  note: {note}" for note in _own_model_note()]
+    if profile.unknown_layer_types:
+        lines.append(f"  note: layer types without a rule (counted as keeping input and output): {', '.join(profile.unknown_layer_types)}")
+    print_out(out, args.json, lines)
+    return 0
+
+
+def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, plan) -> int:
+    usable = int(gpu.memory_bytes * (1.0 - args.margin))
+    needed = plan.peak_bytes + gpu.overhead_bytes
+    out: dict[str, Any] = {
+        "model": name,
+        "step": "xla",
+        "batch_size": config.batch_size,
+        "per_device_batch": config.per_replica_batch,
+        "optimizer": config.optimizer.value,
+        "precision": config.precision.value,
+        "train_mode": config.train_mode.value,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "remat": plan.remat or None,
+        "peak_bytes": plan.peak_bytes,
+        "components": plan.components(),
+        "target": plan.target,
+        "compile_seconds": plan.compile_seconds,
+        "versions": plan.versions,
+        "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes, "framework_overhead_bytes": gpu.overhead_bytes,
+        "fits": needed <= usable,
+    }
+    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
+             f"{config.train_mode.value}  (XLA's plan of the step Keras compiles on {gpu.name}, jit_compile=True"
+             f"{', RematScope ' + plan.remat if plan.remat else ''})"]
+    lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in plan.components().items()]
+    lines.append(f"  {'planned peak':20s} {plan.peak_bytes / GIB:10.3f} GiB  ({plan.peak_bytes:,} bytes; "
+                 f"{plan.versions}, XLA autotuning off)")
+    lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: "
+                 f"{'fits' if out['fits'] else 'does NOT fit'} ({needed / GIB:.2f} of {usable / GIB:.2f} GiB usable); "
+                 "`max-batch --step xla` finds the largest batch")
+    print_out(out, args.json, lines)
+    return 0
+
+
+def cmd_max_batch(args: argparse.Namespace) -> int:
+    from calc.estimate import max_batch_size
+
+    gpu = gpu_from_args(args)
+    if gpu is None:
+        raise ValueError("max-batch needs --gpu PRESET or --memory-gib N.")
+    name, profile, config = profile_and_config(args)
+    fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
+    out = {"model": name, "step": "graph", "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
+           "framework_overhead_bytes": gpu.overhead_bytes, "safety_margin": args.margin, "max_batch_size": fit}
+    if _step(args) == "xla":
+        from calc.xla import PlanError, plan_max_batch
+
+        usable = int(gpu.memory_bytes * (1.0 - args.margin)) - gpu.overhead_bytes
+        try:
+            found = plan_max_batch(_plan_spec(args), config, gpu.key, usable, max(1, fit // config.num_gpus),
+                                   "" if args.remat == "none" else args.remat)
+        except PlanError as exc:
+            print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead",
+                  file=sys.stderr)
+            out["xla_unavailable"] = str(exc)
+        else:
+            best = found.max_batch * config.num_gpus
+            out.update(step="xla", max_batch_size=best, graph_max_batch_size=fit, compiles=found.compiles,
+                       compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= usable}
+                                 for b, n in found.compiled])
+            edge = (f"batch {found.max_batch} per device planned {dict(found.compiled).get(found.max_batch, 0) / GIB:.2f}"
+                    f" GiB and fits, {found.max_batch + 1} planned "
+                    f"{dict(found.compiled).get(found.max_batch + 1, 0) / GIB:.2f} GiB and does not"
+                    if found.max_batch else "not even batch 1 per device fits")
+            print_out(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}), XLA's plan (jit_compile=True): "
+                                    f"largest batch {best}; {edge} ({usable / GIB:.2f} GiB usable after the "
+                                    f"framework overhead); {found.compiles} plans consulted "
+                                    f"(the graph-executor walk says {fit})"])
+            return 0
+    print_out(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}), graph executor (jit_compile=False): "
+                            f"largest batch {fit}"])
+    return 0
+
+

@@ -1,0 +1,194 @@
+"""The command line's shared options: parsing them into a profile, a config and a GPU, and printing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from calc.catalogue import ModelSpec, make_spec
+from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
+from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
+from calc.xla import REMAT_MODES
+
+GIB = 1024**3
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, status 2
+        raise UsageError(message)
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
+    return value
+
+
+def momentum_value(text: str) -> float:
+    """``--momentum`` alone, or with Keras' value (``--momentum 0.9``; 0 turns it off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a momentum between 0 and 1, received {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a momentum between 0 and 1, received {text!r}")
+    return value
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="a Keras application, e.g. ResNet50 (see `models`)")
+    p.add_argument("--file", help="your own saved model (.keras or .h5), read with Keras safe mode instead of --model")
+    p.add_argument("--image-size", type=positive, help="square side in pixels (default: the model's own)")
+    p.add_argument("--height", type=positive)
+    p.add_argument("--width", type=positive)
+    p.add_argument("--channels", type=positive, default=3)
+    p.add_argument("--classes", type=positive, default=1000)
+    p.add_argument("--no-top", action="store_true", help="backbone + global pooling + new Dense head")
+    p.add_argument("--batch-size", type=positive, default=32, help="global batch of one training step")
+    p.add_argument("--optimizer", type=str.lower, choices=[o.value for o in Optimizer], default="adam",
+                   help="Keras' identifier, any case (sgd, adam, ...)")
+    p.add_argument("--momentum", type=momentum_value, nargs="?", const=0.9, default=0.0, metavar="VALUE",
+                   help="SGD/RMSprop with momentum (the value, e.g. 0.9, may follow; 0 is none)")
+    p.add_argument("--amsgrad", action="store_true")
+    p.add_argument("--centered", action="store_true", help="centered RMSprop")
+    p.add_argument("--ema", "--use-ema", dest="ema", action="store_true", help="use_ema=True")
+    p.add_argument("--precision", choices=[p.value for p in Precision], default="float32")
+    p.add_argument("--device", choices=["auto", *(d.value for d in Device)], default="auto",
+                   help="the kernels the step runs on: auto (this machine's CPU, as measure runs it: cpu_fp16 "
+                        "where the CPU has AVX512-FP16, else cpu), cpu, cpu_fp16, or gpu "
+                        "(cuDNN/cuBLAS: no float16 CPU-kernel buffers, no XLA CPU filter for grouped convs)")
+    p.add_argument("--frozen-backbone", action="store_true", help="Keras transfer-learning recipe (implies --no-top)")
+    p.add_argument("--last-n", "--last-n-layers", dest="last_n", type=positive, help="train only the last N layers")
+    p.add_argument("--grad-accum", "--gradient-accumulation-steps", dest="grad_accum", type=positive, default=1,
+                   help="gradient_accumulation_steps")
+    p.add_argument("--gpus", "--num-gpus", dest="gpus", type=positive, default=1, help="data-parallel replicas")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_gpu_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", help=f"a preset: {', '.join(GPU_PRESETS)}")
+    p.add_argument("--memory-gib", type=float, help="a custom card size in GiB")
+    p.add_argument("--margin", type=float, default=0.0, help="safety margin, a fraction (0.1 = 10%%)")
+    p.add_argument("--step", choices=["xla", "graph"],
+                   help="which training step to predict: xla (XLA's own plan of the step Keras compiles on a GPU, "
+                        "jit_compile=True, computed without a GPU; the default with --gpu) or graph (the walk of "
+                        "TensorFlow's graph executor, jit_compile=False; the default otherwise)")
+    p.add_argument("--remat", choices=["none", *REMAT_MODES], default="none",
+                   help="keras.RematScope mode the model is built under (with --step xla)")
+
+
+LOCAL_FILE_LIMIT = 8 * 2**30  # your own file on your machine: the dashboard's 200 MiB is for strangers
+
+
+def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, TrainingConfig]:
+    """(name, profile, config) from --model (catalogue) or --file (a saved model)."""
+    if not args.file:
+        from calc.profiles import get_profile
+
+        spec, config = spec_and_config(args)
+        return spec.key, get_profile(spec), config
+    import os
+
+    from calc.uploads import profile_upload
+
+    data = read_file(args)
+    profile = profile_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
+    return profile.name, profile, config_from_args(args)
+
+
+def read_file(args: argparse.Namespace) -> bytes:
+    """The bytes of --file, after its name and size are checked; the bytes themselves are
+    checked as an upload's by ``calc.uploads.check_upload`` (``profile_upload`` runs it)."""
+    import os
+
+    from calc.uploads import check_extension
+
+    given = [f"--{n.replace('_', '-')}" for n in ("model", "image_size", "height", "width", "no_top")
+             if getattr(args, n)]
+    if given:
+        raise ValueError(f"--file takes the model as saved; drop {', '.join(given)}.")
+    check_extension(args.file)
+    try:
+        size = os.path.getsize(args.file)
+        if size > LOCAL_FILE_LIMIT:
+            raise ValueError(f"{args.file} is {size / 2**30:,.1f} GiB; the limit is {LOCAL_FILE_LIMIT // 2**30} GiB.")
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    return data
+
+
+def spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:
+    if not args.model:
+        raise ValueError("the following arguments are required: --model (or --file)")
+    config = config_from_args(args)
+    spec = make_spec(
+        args.model,
+        args.image_size,
+        height=args.height,
+        width=args.width,
+        channels=args.channels,
+        include_top=not (args.no_top or args.frozen_backbone),
+        classes=args.classes,
+    )
+    return spec, config
+
+
+def config_from_args(args: argparse.Namespace) -> TrainingConfig:
+    frozen = args.frozen_backbone
+    if frozen and args.last_n:
+        raise ValueError("--frozen-backbone and --last-n exclude each other.")
+    mode = TrainMode.FROZEN_BACKBONE if frozen else TrainMode.LAST_N if args.last_n else TrainMode.ALL
+    return TrainingConfig(
+        batch_size=args.batch_size,
+        optimizer=Optimizer(args.optimizer),
+        optimizer_options=OptimizerOptions(
+            momentum=args.momentum > 0, amsgrad=args.amsgrad, centered=args.centered, use_ema=args.ema
+        ),
+        precision=Precision(args.precision),
+        train_mode=mode,
+        last_n_layers=args.last_n or 0,
+        gradient_accumulation_steps=args.grad_accum,
+        num_gpus=args.gpus,
+        device=device_from_name(args.device),
+    )
+
+
+def device_from_name(name: str) -> Device:
+    """``auto`` is this machine's CPU kernels (``calc.workers.measure.local_cpu_device``), so that
+    ``estimate`` and ``measure`` with the same options describe the same step: under
+    mixed_float16 the two CPU kernels differ by up to 2x on small steps (validation_cpu_fp16)."""
+    if name == "auto":
+        from calc.workers.measure import local_cpu_device
+
+        return local_cpu_device()
+    return Device(name)
+
+
+def gpu_from_args(args: argparse.Namespace) -> GpuPreset | None:
+    if args.gpu and args.memory_gib is not None:
+        raise ValueError("--gpu and --memory-gib exclude each other.")
+    if args.gpu:
+        return lookup_gpu(args.gpu)
+    if args.memory_gib is not None:
+        return custom_gpu(args.memory_gib)
+    return None
+
+
+def print_out(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        print(json.dumps(obj))
+    else:
+        print("\n".join(lines))
+
+
