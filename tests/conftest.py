@@ -1,14 +1,71 @@
+"""Test groups, by what a test needs (``pyproject.toml`` registers the markers):
+
+- unmarked: pure tests (the engine on committed ledgers, JSON, text); they may not import
+  TensorFlow, Keras or JAX, and a guard here fails one that does;
+- ``keras``: builds, loads or compiles real Keras models (in-process or in a child);
+- ``measure``: runs real training steps and reads TensorFlow's allocator;
+- ``server``: runs the dashboard (Streamlit's AppTest, a server or the build worker);
+- ``browser``: drives the dashboard in a real Chromium;
+- ``sweep``: pure too, but re-estimates every validation case or every shipped model
+  (the committed reports, the golden table): minutes of engine time.
+
+``python -m pytest -m "not keras and not measure and not server and not browser and not sweep"``
+runs the quick pure ones alone (under a minute).
+"""
+
+import importlib.abc
 import os
+import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+NEEDS = ("keras", "measure", "server", "browser")
+HEAVY_MODULES = ("tensorflow", "keras", "jax", "jaxlib", "tf_keras")
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: builds or trains real Keras models (seconds to minutes)")
+def pytest_collection_modifyitems(config, items):
+    """Pure tests first: each worker then runs them before anything has imported TensorFlow,
+    so that the guard sees every import they make."""
+    items.sort(key=lambda item: any(item.get_closest_marker(m) for m in NEEDS))
+
+
+class _HeavyImportGuard(importlib.abc.MetaPathFinder):
+    """Refuses TensorFlow, Keras and JAX to a pure test."""
+
+    def __init__(self, test: str):
+        self.test = test
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY_MODULES:
+            raise ImportError(f"{self.test} imports {name} but is not marked: mark it with one of "
+                              f"{', '.join('pytest.mark.' + m for m in NEEDS)} (tests/conftest.py)")
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _pure_tests_import_no_tensorflow(request, monkeypatch):
+    """An unmarked test may neither import TensorFlow, Keras or JAX nor start one of the
+    package's Keras children (``python -m calc.workers...``)."""
+    if any(request.node.get_closest_marker(m) for m in NEEDS):
+        yield
+        return
+    guard = _HeavyImportGuard(request.node.nodeid)
+    popen = subprocess.Popen.__init__
+
+    def no_keras_child(self, args, *rest, **kwargs):
+        argv = [str(a) for a in ([args] if isinstance(args, str) else args)]
+        if "python" in os.path.basename(argv[0]) and any(a.startswith(("calc.workers", "calc.keras")) for a in argv):
+            raise RuntimeError(f"{request.node.nodeid} starts a Keras child ({args}) but is not marked: mark it "
+                               f"with one of {', '.join('pytest.mark.' + m for m in NEEDS)} (tests/conftest.py)")
+        popen(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_keras_child)
+    sys.meta_path.insert(0, guard)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(guard)
 
 
 @pytest.fixture(autouse=True)

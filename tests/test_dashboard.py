@@ -13,7 +13,7 @@ from calc.profiles import get_profile
 from calc.types import TrainingConfig
 from dashboard.state import Inputs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.server
 APP = "../app.py"
 SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16", "optimizer": "adam", "gpu": "t4"}
 

@@ -214,7 +214,7 @@ def app_test():
 SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16"}
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_absurd_weights_in_a_link_are_an_error_and_build_nothing(app_test, monkeypatch):
     from calc.keras import build
 
@@ -227,7 +227,7 @@ def test_absurd_weights_in_a_link_are_an_error_and_build_nothing(app_test, monke
     assert at.error and "parameters" in at.error[0].value and "include_top=False" in at.error[0].value
 
 
-@pytest.mark.slow
+@pytest.mark.server
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st_.dictionaries(st_.sampled_from([n for n in FIELD_NAMES if n != "image_size"]), query_values, max_size=8))
 def test_random_links_never_show_a_traceback(app_test, params):
@@ -236,7 +236,7 @@ def test_random_links_never_show_a_traceback(app_test, params):
     assert at.metric  # the page rendered its numbers with the fallback values
 
 
-@pytest.mark.slow
+@pytest.mark.server
 @pytest.mark.parametrize("value", [0, -5, 10**12, 2.5])
 def test_out_of_range_widget_values_are_kept_in_range(app_test, value):
     # A browser cannot send these, a hand-written websocket client can: Streamlit
@@ -248,7 +248,7 @@ def test_out_of_range_widget_values_are_kept_in_range(app_test, value):
     assert at.metric
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_image_size_below_the_minimum_in_the_widget_is_an_error(app_test):
     at = app_test({**SMALL, "model": "Xception"})
     at.number_input(key="image_size").set_value(1).run()
@@ -274,7 +274,7 @@ def _upload_dirs():
     return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("calc-upload-")}
 
 
-@pytest.mark.slow
+@pytest.mark.server
 @pytest.mark.parametrize("kind", ["h5_lambda", "custom_keras", "custom_h5", "bomb", "oversize"])
 def test_hostile_uploads_in_the_dashboard(app_test, tmp_path, kind):
     import keras
@@ -304,7 +304,7 @@ def test_hostile_uploads_in_the_dashboard(app_test, tmp_path, kind):
     assert _upload_dirs() == before  # the private temporary directory is gone
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 def test_a_catalogue_model_saved_by_keras_has_no_custom_classes(tmp_path):
     import keras
 

@@ -82,6 +82,7 @@ def test_profiles_in_memory_are_bounded(fake_builds, monkeypatch):
     assert not profiles._key_locks
 
 
+@pytest.mark.server
 def test_dashboard_loader_single_flight(fake_builds):
     import streamlit as st
 
@@ -120,7 +121,7 @@ def worker():
     w.close()
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_the_worker_builds_what_an_in_process_build_gives(worker):
     spec = make_spec("MobileNetV2", 96)
     built, here = worker.build(spec), build.profile_catalogue_model(spec)
@@ -128,7 +129,7 @@ def test_the_worker_builds_what_an_in_process_build_gives(worker):
     assert built == here
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_a_killed_worker_is_an_error_for_that_request_only(worker):
     import os
     import signal
@@ -144,7 +145,7 @@ def test_a_killed_worker_is_an_error_for_that_request_only(worker):
     assert worker.started == 2
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_a_grown_worker_is_replaced_and_an_idle_one_exits(worker):
     worker.max_rss_bytes = 1  # every build leaves the child "too big"
     worker.build(make_spec("MobileNetV2", 64))
@@ -177,7 +178,7 @@ def test_an_answer_behind_chatter_in_one_write_is_read_at_once():
         w.close()
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_the_dashboard_server_never_imports_tensorflow():
     import subprocess
     import sys

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.keras
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +246,7 @@ def test_shipped_profiles_equal_a_fresh_build(name, keras):
 
 
 def test_a_traced_step_accounts_for_its_peak_op_by_op():
-    # benchmarks/trace_step.py reads the profiler's allocator events: they must cover
+    # tools/trace_step.py reads the profiler's allocator events: they must cover
     # the measured step, so the largest bytes-in-use among them is the peak and the
     # first one starts from what was resident before the step.
     from calc.catalogue import make_spec

@@ -19,7 +19,7 @@ def conv(out_side: int, c_in: int, c_out: int, k: int = 1, stride: int = 1, laye
 
 def test_the_buffers_of_the_two_traced_peaks():
     # Shapes TensorFlow's profiler named at the peaks of NASNetMobile 96 px b4 and
-    # MobileNetV2 96 px b2 under mixed_float16 (docs/MEASUREMENTS.md, stop 12).
+    # MobileNetV2 96 px b2 under mixed_float16 (docs/notes/float16-kernels.md).
     assert im2col_buffer_bytes(conv(47, 32, 11), 32, True, True) == 165 * 2209 * 32 * 2
     assert im2col_buffer_bytes(conv(24, 144, 24), 144, True, True) == 157 * 576 * 144 * 2
 

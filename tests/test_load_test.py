@@ -10,7 +10,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.slow
+@pytest.mark.server
 def test_load_test_short_run_has_no_errors():
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "load_test.py"), "--users", "2", "--duration", "8",

@@ -53,7 +53,7 @@ def test_bad_text(text, needle):
         parse_summary(text)
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 def test_keras3_vgg16_summary_reproduces_seed_000():
     import keras
 
@@ -164,7 +164,7 @@ def _keras3_summary(model, width, monkeypatch):
     return out.getvalue()
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 @pytest.mark.parametrize("name, activation", [("ResNet50", "relu"), ("MobileNetV2", "relu"),
                                               ("EfficientNetB0", "silu"), ("InceptionV3", "relu")])
 def test_functional_summaries_of_keras_applications(name, activation, monkeypatch):

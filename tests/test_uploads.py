@@ -40,7 +40,7 @@ def test_zip_without_config_is_not_a_model():
         check_upload(buf.getvalue(), "x.keras")
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 def test_safe_mode_refuses_lambda_and_temp_dir_is_removed(tmp_path):
     import keras
 
@@ -55,7 +55,7 @@ def test_safe_mode_refuses_lambda_and_temp_dir_is_removed(tmp_path):
     assert after == before
 
 
-@pytest.mark.slow
+@pytest.mark.keras
 @pytest.mark.parametrize("ext", [".keras", ".h5"])
 def test_a_saved_model_is_profiled(tmp_path, ext):
     import keras

@@ -36,6 +36,7 @@ def test_the_sampled_curve_draws_the_full_curve(model, optimizer):
     assert np.quantile(off, 0.99) < 0.01 and off.max() < 0.03
 
 
+@pytest.mark.keras
 def test_breakdown_shows_the_allocator_part_only_when_simulated():
     from calc.estimate import estimate_memory
     from dashboard.figures import LABELS, breakdown_figure
@@ -43,7 +44,7 @@ def test_breakdown_shows_the_allocator_part_only_when_simulated():
     frozen = get_profile(make_spec("MobileNetV2", 224, include_top=False))
     config = TrainingConfig(batch_size=28, optimizer="adamw", train_mode="frozen_backbone")
     parts = estimate_memory(frozen, config).components()
-    assert parts["allocator"] > 0  # the measured jump at batch 28 (docs/BFC_SIM.md)
+    assert parts["allocator"] > 0  # the measured jump at batch 28 (docs/notes/allocator.md)
     names = [t.name for t in breakdown_figure(parts, 0, 16 << 30, 2**30, "GiB").data]
     assert LABELS["allocator"] in names and len(names) == len(parts) + 1
     full = {**parts, "allocator": 0}

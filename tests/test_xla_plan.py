@@ -50,9 +50,9 @@ def fake_runner():
 
 
 @pytest.fixture(autouse=True)
-def _own_cache_unless_slow(request, tmp_path, monkeypatch):
+def _own_cache_unless_real(request, tmp_path, monkeypatch):
     """Fake plans never meet real ones: each pure test has a cache of its own."""
-    if request.node.get_closest_marker("slow") is None:
+    if request.node.get_closest_marker("keras") is None:
         monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
 
 
@@ -214,6 +214,7 @@ def test_max_batch_copes_with_plans_that_bend_near_the_memory():
     assert found.max_batch == brute and found.compiles <= 12
 
 
+@pytest.mark.keras
 def test_cli_estimate_with_a_gpu_preset_prints_the_plan(monkeypatch, capsys):
     monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
     monkeypatch.setattr(cache, "plan_versions", lambda: {"jax": "test"})
@@ -229,6 +230,7 @@ def test_cli_estimate_with_a_gpu_preset_prints_the_plan(monkeypatch, capsys):
     assert "XLA's plan of the step Keras compiles on Tesla T4 16 GB, jit_compile=True" in capsys.readouterr().out
 
 
+@pytest.mark.keras
 def test_cli_max_batch_with_the_plan_says_how_many_plans_it_took(monkeypatch, capsys):
     monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
     monkeypatch.setattr(cache, "plan_versions", lambda: {"jax": "test"})
@@ -244,6 +246,7 @@ def test_cli_max_batch_with_the_plan_says_how_many_plans_it_took(monkeypatch, ca
     assert sizes[out["max_batch_size"]] is True and sizes[out["max_batch_size"] + 1] is False
 
 
+@pytest.mark.keras
 def test_cli_falls_back_to_the_walk_with_one_line_when_no_plan_can_be_made(monkeypatch, capsys):
     monkeypatch.setattr(cache, "unavailable_reason", lambda: "the XLA plan needs jax (pip install -r requirements.txt)")
     assert main(["estimate", "--model", "MobileNetV2", "--image-size", "96", "--gpu", "t4", "--json"]) == 0
@@ -269,7 +272,7 @@ def _measured(case: str) -> int:
 
 
 @needs_plan
-@pytest.mark.slow
+@pytest.mark.keras
 def test_resnet50_on_an_h100_is_within_5_percent_of_tensorflows_xla_step(capsys):
     assert main(["estimate", "--model", "ResNet50", "--batch-size", "16", "--optimizer", "adam", "--gpu", "h100-80",
                  "--step", "xla", "--json"]) == 0
@@ -280,7 +283,7 @@ def test_resnet50_on_an_h100_is_within_5_percent_of_tensorflows_xla_step(capsys)
 
 
 @needs_plan
-@pytest.mark.slow
+@pytest.mark.keras
 def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
     """The shipped plans are what this environment compiles: none is stale."""
     shipped = cache.shipped_plans()
@@ -297,7 +300,7 @@ def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
 
 
 @needs_plan
-@pytest.mark.slow
+@pytest.mark.keras
 def test_a_real_plan_holds_the_state_and_grows_with_the_batch():
     spec = make_spec("MobileNetV3Small", 64)
     small, large = (xla.compute_plan(spec, TrainingConfig(batch_size=b, optimizer="sgd", device="gpu"), "t4")
@@ -317,10 +320,10 @@ def plan_batch_bytes(plan, spec) -> int:
 
 
 @needs_plan
-@pytest.mark.slow
+@pytest.mark.keras
 def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
     """RematScope changes what the step keeps, not the model's variables (the direction is
-    what the plan answers: docs/XLA_PLAN.md)."""
+    what the plan answers: docs/notes/gpu-and-xla.md)."""
     spec = make_spec("MobileNetV2", 96)
     config = TrainingConfig(batch_size=32, optimizer="sgd", device="gpu")
     plain = xla.compute_plan(spec, config, "t4")
@@ -332,7 +335,7 @@ def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
 
 
 @needs_plan
-@pytest.mark.slow
+@pytest.mark.keras
 def test_every_compute_capability_compiles():
     """One small step per distinct compute capability: each target is one XLA accepts."""
     spec = make_spec("MobileNetV3Small", 32)
@@ -347,7 +350,7 @@ def test_every_compute_capability_compiles():
 
 
 @needs_plan
-@pytest.mark.slow
+@pytest.mark.keras
 def test_a_saved_file_is_planned_with_its_own_weights(capsys):
     from pathlib import Path
 
