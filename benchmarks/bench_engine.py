@@ -3,8 +3,8 @@
     python benchmarks/bench_engine.py [ResNet50 EfficientNetB0 ...]
 
 Prints one line per model trained whole, then the same models as frozen backbones.
-Every estimate replays the step through the allocator simulation (calc.allocator,
-``calc.estimate._floored``) at its batch; the walk's own curve over every batch 1..4096
+Every estimate replays the step through the allocator simulation (calc.engine.allocator,
+``calc.engine.floors.floored``) at its batch; the walk's own curve over every batch 1..4096
 is vectorized. Columns: the walk with its allocation events, one estimate from warm
 caches, the walk alone at every batch 1..4096, the dashboard's curve (~130 batches over
 1..4096, each an estimate) and the largest batch on an 80 GiB card from cold simulation
@@ -20,6 +20,8 @@ import tempfile
 import time
 
 import calc.estimate as engine
+from calc.engine import floors, prune, training
+from calc.engine.plan import cached_plan
 from calc.catalogue import make_spec
 from calc.estimate import estimate_memory, max_batch_size, memory_curve, plan_step
 from calc.types import TrainingConfig
@@ -54,11 +56,11 @@ def main(names):
         config = TrainingConfig(batch_size=32, optimizer="adam")
         t0 = time.perf_counter()
         plan_step(profile, config)
-        engine._allocator_events(profile, engine._without_batch(config))
+        floors.allocator_events(profile, training.without_batch(config))
         t_plan = time.perf_counter() - t0
         t_est = timed(lambda: estimate_memory(profile, config), runs=200)
-        plan = plan_step(profile, config)
-        t_walk = timed(lambda: engine._totals(plan.moments, range(1, 4097)).max(axis=0), runs=5)
+        step = plan_step(profile, config)
+        t_walk = timed(lambda: prune.totals(step.moments, range(1, 4097)).max(axis=0), runs=5)
         t_curve = cold(lambda: memory_curve(profile, config, curve_batches(4096, 1, (32,))))
         t_max = cold(lambda: max_batch_size(profile, config, 80 << 30))
         print(f"{name:18s} {len(profile.layers):6d} {t_build:7.2f}s {t_profile:7.2f}s {t_plan * 1e3:6.1f}ms "
@@ -68,11 +70,11 @@ def main(names):
 def cold(fn, keep_events=True):
     """Median time of ``fn`` with the simulation's per-batch caches (and the events) cleared."""
     def run():
-        engine._history_peak.cache_clear()
-        engine._fresh_peak.cache_clear()
+        floors.history_peak.cache_clear()
+        floors.fresh_peak.cache_clear()
         if not keep_events:
-            engine._plan.cache_clear()
-            engine._allocator_events.cache_clear()
+            cached_plan.cache_clear()
+            floors.allocator_events.cache_clear()
         fn()
     return timed(run, runs=5)
 

@@ -12,7 +12,7 @@ fresh single-threaded process, and the median peak is stored with every run's pe
 ``--fp16-slice SECONDS``: the committed mixed_float16 cases whose three runs
 took at most SECONDS, again, into ``validation_cpu_fp16.json``, on a CPU with
 AVX512-FP16 only. Every committed mixed_float16 case ran on CPUs without it, where
-TensorFlow's own float16 kernels hold the buffers ``calc/kernels.py`` counts; with it
+TensorFlow's own float16 kernels hold the buffers ``calc/facts/kernels.py`` counts; with it
 oneDNN runs float16 (``calc.types.Device.CPU_FP16``), and each case records which
 kernels ran, so that ``python -m calc validate --data calc/data/validation_cpu_fp16.json``
 estimates it for them.

@@ -19,7 +19,7 @@ prints:
 - the op whose allocation set the peak.
 
 ``--history`` traces from the model's build on and replays the real requests through
-``calc.allocator.BFC`` after swapped histories (the engine's resident pools among them),
+``calc.engine.allocator.BFC`` after swapped histories (the engine's resident pools among them),
 then lists what the first step requests beyond the measured one, and the optimizer's
 zeros buffers (one per distinct slot shape) against the ``assign_add`` copies made of
 them before the measured step.
@@ -136,7 +136,7 @@ INIT_OPS = ("AddV2", "Mul", "StatelessRandomUniformV2", "StatelessRandomNormalV2
 
 
 def history(sub: str, save: str | None) -> None:
-    """Replays a process's real requests through ``calc.allocator.BFC``, whole and in swapped parts."""
+    """Replays a process's real requests through ``calc.engine.allocator.BFC``, whole and in swapped parts."""
     from calc.engine.allocator import BFC
     from calc.engine.resident import resident_pool as _resident_pool
     from calc.engine.resident import resident_requests as _resident_requests
@@ -188,7 +188,7 @@ def history(sub: str, save: str | None) -> None:
                                                                                   [before[warm:], step])),
     ]
     print(f"{case_id(spec, config)}: measured {result['peak_bytes'] / MIB:.1f} MiB; "
-          f"the real requests replayed through calc.allocator.BFC after each history:")
+          f"the real requests replayed through calc.engine.allocator.BFC after each history:")
     for label, value in rows:
         print(f"  {label:66s} {value:8.1f}")
     extra: dict[str, int] = defaultdict(int)

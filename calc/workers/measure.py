@@ -104,7 +104,7 @@ def local_cpu_device(cpuinfo: str = "/proc/cpuinfo") -> Device:
     """Which CPU kernels TensorFlow runs here: ``cpu_fp16`` where the CPU has AVX512-FP16.
 
     oneDNN takes float16 convolutions and matrix products only on such CPUs; elsewhere
-    TensorFlow's own float16 kernels run, with the buffers ``calc.kernels`` counts. Read
+    TensorFlow's own float16 kernels run, with the buffers ``calc.facts.kernels`` counts. Read
     from the kernel's CPU flags (no TensorFlow import); ``cpu`` where they cannot be read.
     """
     try:
