@@ -45,7 +45,7 @@ _memory: OrderedDict[str, ModelProfile] = OrderedDict()  # recently used profile
 _memory_guard = threading.Lock()
 _key_locks: dict[str, threading.Lock] = {}
 MEMORY_ENTRIES = 64
-BUILDS = Counter()  # spec key -> Keras builds done by this process (tests check single flight with it)
+BUILDS: Counter[str] = Counter()  # spec key -> Keras builds done by this process (tests check single flight with it)
 
 
 def shipped_path(spec: ModelSpec) -> Path:

@@ -262,9 +262,11 @@ def _build(rows: list[_Row], connected: bool, name: str, activation: str) -> Sum
         trainable, frozen = _weights(row)
         function = "linear"
         if row.layer_type == "Activation":
-            function = _activation_from_name(row.name)
-            if function is None:
+            named = _activation_from_name(row.name)
+            if named is None:
                 function, guessed = activation, guessed + 1
+            else:
+                function = named
         layers.append(LayerStats(row.name + ("…" if row.name_cut else ""), row.layer_type, tuple(sources), (t,),
                                  (row.dims,), trainable, frozen, activation=function))
         defined.append((row.name, row.name_cut, t))

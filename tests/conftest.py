@@ -6,8 +6,8 @@
 - ``measure``: runs real training steps and reads TensorFlow's allocator;
 - ``server``: runs the dashboard (Streamlit's AppTest, a server or the build worker);
 - ``browser``: drives the dashboard in a real Chromium;
-- ``sweep``: pure too, but re-estimates every validation case or every shipped model
-  (the committed reports, the golden table): minutes of engine time.
+- ``sweep``: pure too, but sweeps the whole package: re-estimates every validation case or every shipped model
+  (the committed reports, the golden table) or type-checks calc/ (mypy): minutes of CPU.
 
 ``python -m pytest -m "not keras and not measure and not server and not browser and not sweep"``
 runs the quick pure ones alone (under a minute).

@@ -352,7 +352,6 @@ def test_formula_names_the_float16_kernel_buffers_of_the_peak_layer():
     import re
 
     from calc.estimate import float16_kernel_bytes
-    from dashboard.views import fmt
 
     step = {**SMALL, "batch_size": "2", "optimizer": "adadelta", "precision": "mixed_float16"}
     at = app({**step, "device": "cpu"}, page="pages/formula.py")

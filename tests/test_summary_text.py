@@ -170,7 +170,6 @@ def _keras3_summary(model, width, monkeypatch):
 def test_functional_summaries_of_keras_applications(name, activation, monkeypatch):
     import keras
 
-    from calc.catalogue import make_spec
     from calc.estimate import estimate_memory
     from calc.keras.profile import profile_model
     from calc.types import TrainingConfig

@@ -75,7 +75,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     step = _step(args)
     if step == "xla":
         plan, reason = _xla_plan_or_reason(args, config, gpu)
-        if plan is not None:
+        if plan is not None and gpu is not None:
             return _print_plan(args, name, config, gpu, plan)
         print(f"calc: the XLA plan is unavailable ({reason}); showing the graph-executor walk instead",
               file=sys.stderr)

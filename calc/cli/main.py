@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from calc.catalogue import CATALOGUE, ModelFile
+from calc.catalogue import CATALOGUE, ModelFile, ModelSpec
 from calc.gpus import GPU_PRESETS
 from calc.cli.estimate import cmd_estimate, cmd_max_batch
 from calc.cli.options import (GIB, LOCAL_FILE_LIMIT, Parser, UsageError, add_gpu_options, add_model_options,
@@ -30,7 +30,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
         # The checks an upload gets; the child then loads the file with safe mode on.
         check_upload(read_file(args), os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
-        spec, config = ModelFile(os.path.abspath(args.file)), config_from_args(args)
+        spec: ModelSpec | ModelFile = ModelFile(os.path.abspath(args.file))
+        config = config_from_args(args)
     else:
         spec, config = spec_and_config(args)
     if config.num_gpus != 1:
@@ -74,7 +75,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     rows = [{"key": g.key, "name": g.name, "memory_bytes": g.memory_bytes, "architecture": g.architecture,
              "bf16": g.bf16, "framework_overhead_bytes": g.overhead_bytes} for g in GPU_PRESETS.values()]
     print_out({"gpus": rows}, args.json,
-           [f"{r['key']:16s} {r['name']:40s} {r['memory_bytes'] / GIB:7.2f} GiB  {r['architecture']}" for r in rows])
+              [f"{g.key:16s} {g.name:40s} {g.memory_bytes / GIB:7.2f} GiB  {g.architecture}" for g in GPU_PRESETS.values()])
     return 0
 
 

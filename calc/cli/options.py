@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from calc.catalogue import ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
@@ -19,7 +19,7 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, status 2
+    def error(self, message: str) -> NoReturn:  # one line, status 2
         raise UsageError(message)
 
 

@@ -44,7 +44,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                max_abs_error_from_nearest_run=s.max_from_runs)
     repro, single = reproducibility_json(rows), reproducibility_json(rows, against_prediction=True)
     out.update(reproducibility=repro, estimate_against_runs=single)
-    if repro is not None:
+    if repro is not None and single is not None:
         for what, r in (("TensorFlow against itself, each run against the median of its case's other runs", repro),
                         ("the estimate against the same single runs", single)):
             lines.append(f"{what}: median {r['median_deviation'] * 100:.1f}%; {r['runs_beyond']} of {r['runs']} runs "
@@ -82,7 +82,8 @@ def _validate_plan(args: argparse.Namespace) -> int:
     from calc.validation import XLA_DATA, XLA_TARGET, plan_report_path, save_report, summarize, validate_plan
 
     paths = [Path(args.data)] if args.data else list(XLA_DATA)
-    lines, out = [], {"step": "xla", "target": XLA_TARGET, "files": []}
+    lines: list[str] = []
+    out: dict[str, Any] = {"step": "xla", "target": XLA_TARGET, "files": []}
     for path in paths:
         if not path.is_file():
             raise ValueError(f"no validation data at {path}")

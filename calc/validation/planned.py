@@ -14,7 +14,7 @@ from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec, make_spec
 from calc.requests import config_from_dict, config_to_dict, spec_from_dict, spec_to_dict
-from calc.types import OptimizerOptions, TrainingConfig
+from calc.types import Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from calc.validation.data import case_id
 
 PLANNED = Path(__file__).resolve().parents[2] / "validation" / "planned.json"
@@ -29,7 +29,8 @@ def make_case(name: str, size: int | tuple[int, int], batch: int, optimizer: str
     head = options.pop("head", False)
     spec = make_spec(name, height=height, width=width, channels=channels, classes=classes,
                      include_top=(mode == "all" and not head))
-    config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision, train_mode=mode,
+    config = TrainingConfig(batch_size=batch, optimizer=Optimizer(optimizer), precision=Precision(precision),
+                            train_mode=TrainMode(mode),
                             last_n_layers=last_n, gradient_accumulation_steps=accum,
                             optimizer_options=OptimizerOptions(**options))
     return spec, config
