@@ -105,7 +105,7 @@ def test_estimate_names_what_makes_runs_of_the_step_differ(capsys):
     assert caveats("--model", "ConvNeXtTiny", "--image-size", "128", "--device", "gpu") == {}
     assert main(["estimate", "--model", "VGG16", "--batch-size", "8"]) == 0
     note = next(line for line in capsys.readouterr().out.splitlines() if "note:" in line)
-    assert "note: one variable holds 0.383 GiB" in note
+    assert "note: One variable of this model holds 0.383 GiB" in note
     # followed by how the estimate fared on the measured steps with such a variable
     from calc.validation import caveat_record, load_report
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from calc import xla
-from calc.catalogue import make_spec
+from calc.catalogue import ModelFile, make_spec
 from calc.cli import main
 from calc.gpus import GPU_PRESETS
 from calc.types import TrainingConfig
@@ -299,24 +299,30 @@ def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
         {k: shipped[key][k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")}
 
 
+# A small convolutional network saved as a file: a compile of its step takes seconds.
+SMALL_CNN = ModelFile("calc/data/models/plain_cnn.keras")
+
+
 @needs_plan
 @pytest.mark.keras
 def test_a_real_plan_holds_the_state_and_grows_with_the_batch():
-    spec = make_spec("MobileNetV3Small", 64)
-    small, large = (xla.compute_plan(spec, TrainingConfig(batch_size=b, optimizer="sgd", device="gpu"), "t4")
+    from calc.profiles import get_profile
+
+    input_shape = get_profile(SMALL_CNN).input_shape
+    small, large = (xla.compute_plan(SMALL_CNN, TrainingConfig(batch_size=b, optimizer="sgd", device="gpu"), "t4")
                     for b in (2, 8))
     for plan in (small, large):
         assert plan.peak_bytes == sum(plan.components().values())
         # SGD without momentum keeps no slot: the optimizer's state is its two scalars and the metrics'.
         assert plan.optimizer_state_bytes < 1024
-        assert plan.input_batch_bytes == plan_batch_bytes(plan, spec)
+        assert plan.input_batch_bytes == plan_batch_bytes(plan, input_shape)
     assert small.weights_bytes == large.weights_bytes
     assert large.temporaries_bytes > small.temporaries_bytes and large.peak_bytes > small.peak_bytes
 
 
-def plan_batch_bytes(plan, spec) -> int:
-    batch = plan.input_batch_bytes // (4 * (math.prod(spec.input_shape) + 1))
-    return batch * 4 * (math.prod(spec.input_shape) + 1)  # float32 images and int32 labels
+def plan_batch_bytes(plan, input_shape) -> int:
+    batch = plan.input_batch_bytes // (4 * (math.prod(input_shape) + 1))
+    return batch * 4 * (math.prod(input_shape) + 1)  # float32 images and int32 labels
 
 
 @needs_plan
@@ -324,10 +330,9 @@ def plan_batch_bytes(plan, spec) -> int:
 def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
     """RematScope changes what the step keeps, not the model's variables (the direction is
     what the plan answers: docs/notes/gpu-and-xla.md)."""
-    spec = make_spec("MobileNetV2", 96)
-    config = TrainingConfig(batch_size=32, optimizer="sgd", device="gpu")
-    plain = xla.compute_plan(spec, config, "t4")
-    remat = xla.compute_plan(spec, config, "t4", "full")
+    config = TrainingConfig(batch_size=8, optimizer="sgd", device="gpu")
+    plain = xla.compute_plan(SMALL_CNN, config, "t4")
+    remat = xla.compute_plan(SMALL_CNN, config, "t4", "full")
     assert remat.remat == "full" and remat.peak_bytes == sum(remat.components().values())
     assert (remat.weights_bytes, remat.optimizer_state_bytes, remat.input_batch_bytes) == \
         (plain.weights_bytes, plain.optimizer_state_bytes, plain.input_batch_bytes)
@@ -338,12 +343,11 @@ def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
 @pytest.mark.keras
 def test_every_compute_capability_compiles():
     """One small step per distinct compute capability: each target is one XLA accepts."""
-    spec = make_spec("MobileNetV3Small", 32)
     seen = {}
     for key, target in xla.gpu_targets().items():
         if target.compute_capability in seen:
             continue
-        plan = xla.compute_plan(spec, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), key)
+        plan = xla.compute_plan(SMALL_CNN, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), key)
         seen[target.compute_capability] = plan.peak_bytes
         assert plan.peak_bytes == sum(plan.components().values()) and plan.temporaries_bytes > 0
     assert len(seen) >= 8
