@@ -5,15 +5,15 @@ Pure: reads Markdown and JSON, imports no TensorFlow, Keras or JAX.
 
 import ast
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tests.tools import load_tool
 
-import accuracy_tables  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
+accuracy_tables = load_tool("accuracy_tables")
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "notes").glob("*.md")])
 # A path a document names: a word with a slash and a file extension, or a folder of this repository.

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import load_tool
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import code_shape  # noqa: E402
+code_shape = load_tool("code_shape")
 
 
 def test_no_file_over_500_lines_no_function_over_80_no_import_cycle():

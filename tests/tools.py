@@ -1,0 +1,18 @@
+"""The repository's scripts in tools/, loaded as modules for the tests that check them."""
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def load_tool(name: str) -> ModuleType:
+    """``tools/<name>.py`` as a module (loaded once)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
