@@ -276,8 +276,12 @@ def _upload_dirs():
 
 @pytest.mark.server
 @pytest.mark.parametrize("kind", ["h5_lambda", "custom_keras", "custom_h5", "bomb", "oversize"])
-def test_hostile_uploads_in_the_dashboard(app_test, tmp_path, kind):
+def test_hostile_uploads_in_the_dashboard(app_test, tmp_path, kind, monkeypatch):
     import keras
+
+    # Temporary folders of this worker's uploads only (other test workers upload too).
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
 
     if kind == "h5_lambda":
         inp = keras.Input((8, 8, 3))

@@ -132,6 +132,16 @@ def test_subclassed_model_is_refused(keras):
         profile_model(Sub())
 
 
+def runs_needed(spec, config) -> int:
+    """Runs of a measurement in these tests: one for a fully trained float32 step for which the
+    engine names no reason that runs differ (``spread_caveats``), else the median of three."""
+    from calc.estimate import spread_caveats
+    from calc.profiles import get_profile
+
+    plain = config.train_mode.value == "all" and config.precision.value == "float32"
+    return 1 if plain and not spread_caveats(get_profile(spec), config) else 3
+
+
 def _cpu_has(flag: str) -> bool:
     try:
         with open("/proc/cpuinfo") as f:
@@ -150,7 +160,7 @@ def _cpu_has(flag: str) -> bool:
     ],
 )
 def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, precision, mode):
-    """The real allocator peak (median of 3 runs) against the estimate: within 15 %.
+    """The real allocator peak against the estimate: within 15 %.
 
     Small models at small images, so that CI stays fast; the accuracy on the full
     validation set is reported by `python -m calc validate`.
@@ -166,7 +176,7 @@ def test_estimate_within_bar_of_measurement(model, size, batch, optimizer, preci
                     "64 px b8 measured 118.5 MiB in three runs against 97.2 estimated on an AMD EPYC with AVX2")
     spec = make_spec(model, size, include_top=mode == "all", classes=10)
     config = TrainingConfig(batch_size=batch, optimizer=optimizer, precision=precision, train_mode=mode)
-    m = measure_training_step(spec, config, repeats=3, timeout_s=300)
+    m = measure_training_step(spec, config, repeats=runs_needed(spec, config), timeout_s=300)
     # Estimated for the kernels that ran (a CPU with AVX512-FP16 has no float16 buffers).
     predicted = estimate_memory(get_profile(spec), replace(config, device=m.kernels)).peak_bytes
     assert abs(predicted - m.peak_bytes) / m.peak_bytes <= 0.15, (predicted, m.peaks_bytes)
@@ -194,7 +204,7 @@ def test_an_own_saved_model_is_measured_and_estimated_alike(keras, tmp_path, pre
     keras.Model(inp, out).save(path)
     spec = ModelFile(str(path))
     config = TrainingConfig(batch_size=16, optimizer="adam", precision=precision)
-    m = measure_training_step(spec, config, repeats=3, timeout_s=300)
+    m = measure_training_step(spec, config, repeats=runs_needed(spec, config), timeout_s=300)
     profile = get_profile(spec)
     assert not profile.unknown_layer_types and profile.label_elements == 64 * 64
     predicted = estimate_memory(profile, replace(config, device=m.kernels)).peak_bytes
@@ -218,7 +228,7 @@ def test_an_own_attention_model_with_token_ids_is_measured_and_estimated_alike(k
     keras.Model(inp, out).save(path)
     spec = ModelFile(str(path))
     config = TrainingConfig(batch_size=64, optimizer="adam")
-    m = measure_training_step(spec, config, repeats=3, timeout_s=300)
+    m = measure_training_step(spec, config, repeats=runs_needed(spec, config), timeout_s=300)
     profile = get_profile(spec)
     assert not profile.unknown_layer_types
     predicted = estimate_memory(profile, replace(config, device=m.kernels)).peak_bytes

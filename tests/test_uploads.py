@@ -41,13 +41,16 @@ def test_zip_without_config_is_not_a_model():
 
 
 @pytest.mark.keras
-def test_safe_mode_refuses_lambda_and_temp_dir_is_removed(tmp_path):
+def test_safe_mode_refuses_lambda_and_temp_dir_is_removed(tmp_path, monkeypatch):
     import keras
 
     inp = keras.Input((4,))
     out = keras.layers.Lambda(lambda t: t + 1)(inp)
     path = tmp_path / "lam.keras"
     keras.Model(inp, out).save(path)
+    # Temporary folders of this process's uploads only (other test workers upload too).
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     before = {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("calc-upload-")}
     with pytest.raises(ValueError, match="Lambda"):
         profile_upload(path.read_bytes(), "lam.keras")
