@@ -4,7 +4,7 @@ Holdout cases were predicted, committed, and only then measured; the predictions
 written into the commit messages, in a dozen layouts. This reads every commit message
 that says it holds predictions made before measuring and writes one row per case:
 
-    python validation/extract_predictions.py > validation/predictions.csv
+    python tools/extract_predictions.py > validation/predictions.csv
 
 Columns: ``case`` as written in the message (not normalised: some messages abbreviate
 the case, e.g. ``NASNetMobile-96 b8 adagrad last_10_layers`` or ``'ResNet50', 96, 4,
