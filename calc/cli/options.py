@@ -98,10 +98,13 @@ def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tra
         return spec.key, get_profile(spec), config
     import os
 
-    from calc.uploads import profile_upload
+    from calc.catalogue import ModelFile
+    from calc.profiles import get_profile
 
-    data = read_file(args)
-    profile = profile_upload(data, os.path.basename(args.file), max_bytes=LOCAL_FILE_LIMIT)
+    read_file(args)  # its name and size, before any Keras child reads it
+    # Read as an upload is (checked, then safe mode in a child), and cached by the file's
+    # content: a second command on the same file reads the cache.
+    profile = get_profile(ModelFile(os.path.abspath(args.file)))
     return profile.name, profile, config_from_args(args)
 
 
