@@ -56,7 +56,15 @@ class CommittedLedgers:
     file_digests: dict[str, str]
 
     def usable(self) -> bool:
-        return self.keras == installed_keras_version() and self.profile_format == PROFILE_FORMAT
+        return self.why_unusable() is None
+
+    def why_unusable(self) -> str | None:
+        """None when these ledgers fit this Keras and profile format, else why not, in one line."""
+        if self.keras == installed_keras_version() and self.profile_format == PROFILE_FORMAT:
+            return None
+        return (f"the committed ledgers were made with Keras {self.keras} (profile format {self.profile_format}); "
+                f"this is Keras {installed_keras_version()}: building every model (python -m calc validate "
+                "--rebuild-ledgers --save writes them again)")
 
     def profile(self, spec: Spec) -> ModelProfile | None:
         data = self.profiles.get(spec.key)
@@ -86,25 +94,14 @@ def write_ledgers(profiles: dict[str, ModelProfile], specs: dict[str, Spec], pat
         f.write((json.dumps(raw, sort_keys=True, separators=(",", ":")) + "\n").encode())
 
 
-def usable_or_why() -> str | None:
-    """None when the committed ledgers fit this Keras, else why they cannot be used (absent
-    ledgers are no reason: a package without the repository builds, as it always did)."""
-    ledgers = read_ledgers()
-    if ledgers is None or ledgers.usable():
-        return None
-    return (f"the committed ledgers were made with Keras {ledgers.keras} (profile format {ledgers.profile_format}); "
-            f"this is Keras {installed_keras_version()}: building every model (python -m calc validate "
-            "--rebuild-ledgers --save writes them again)")
-
-
 def committed_profiles(note: Callable[[str], None] | None = None) -> Callable[[Spec], ModelProfile]:
     """A ``profile_for(spec)`` for ``calc.validation.validate``: the committed ledger where it
     fits, else ``calc.profiles.get_profile`` (a Keras build). ``note`` hears, once, why the
     committed ledgers cannot be used."""
     ledgers = read_ledgers()
-    if ledgers is not None and not ledgers.usable():
+    if ledgers is not None and (why := ledgers.why_unusable()) is not None:
         if note is not None:
-            note(usable_or_why() or "")
+            note(why)
         ledgers = None
     decoded: dict[str, ModelProfile] = {}
 
