@@ -253,3 +253,15 @@ def test_keras_is_pinned_to_the_version_of_the_shipped_and_committed_ledgers():
     pins = re.findall(r"^keras==([\d.]+)$", (ROOT / "requirements.txt").read_text(), re.M)
     shipped = {re.search(r"-keras([\d.]+)-v", p.name).group(1) for p in (ROOT / "calc/data/profiles").iterdir()}
     assert pins == [read_ledgers().keras] and shipped == set(pins)
+
+
+def test_ledgers_of_another_keras_are_not_used_and_say_why(monkeypatch):
+    from calc.validation import ledgers as committed
+
+    other = committed.CommittedLedgers("3.14.0", 2, {"mlp.keras": {}}, {})
+    assert not other.usable() and "made with Keras 3.14.0" in other.why_unusable()
+    monkeypatch.setattr(committed, "read_ledgers", lambda path=committed.LEDGERS: other)
+    heard = []
+    monkeypatch.setattr(committed, "get_profile", lambda spec: ("built", spec.key))
+    profile_for = committed.committed_profiles(note=heard.append)
+    assert profile_for(SPEC) == ("built", SPEC.key) and len(heard) == 1 and "--rebuild-ledgers" in heard[0]
