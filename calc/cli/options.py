@@ -101,7 +101,7 @@ def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tra
     from calc.catalogue import ModelFile
     from calc.profiles import get_profile
 
-    read_file(args)  # its name and size, before any Keras child reads it
+    check_file(args)  # its name, size and readability, before any Keras child reads it
     # Read as an upload is (checked, then safe mode in a child), and cached by the file's
     # content: a second command on the same file reads the cache.
     profile = get_profile(ModelFile(os.path.abspath(args.file)))
@@ -109,8 +109,18 @@ def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tra
 
 
 def read_file(args: argparse.Namespace) -> bytes:
-    """The bytes of --file, after its name and size are checked; the bytes themselves are
-    checked as an upload's by ``calc.uploads.check_upload`` (``profile_upload`` runs it)."""
+    """The bytes of --file, after ``check_file``; the bytes themselves are checked as an
+    upload's by ``calc.uploads.check_upload`` (``profile_upload`` runs it)."""
+    check_file(args)
+    try:
+        with open(args.file, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+
+
+def check_file(args: argparse.Namespace) -> None:
+    """--file's options, name and size are what the command line takes, and it can be opened."""
     import os
 
     from calc.uploads import check_extension
@@ -124,11 +134,10 @@ def read_file(args: argparse.Namespace) -> bytes:
         size = os.path.getsize(args.file)
         if size > LOCAL_FILE_LIMIT:
             raise ValueError(f"{args.file} is {size / 2**30:,.1f} GiB; the limit is {LOCAL_FILE_LIMIT // 2**30} GiB.")
-        with open(args.file, "rb") as f:
-            data = f.read()
+        with open(args.file, "rb"):
+            pass
     except OSError as exc:
         raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    return data
 
 
 def spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:

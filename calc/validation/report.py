@@ -109,8 +109,6 @@ def reproducibility_json(rows: list[ValidationRow], against_prediction: bool = F
         return None
 
 
-
-
 def validate(path: Path = CPU_DATA, profile_for=None, part: tuple[int, int] = (0, 1)) -> list[ValidationRow]:
     """Estimates every measured case of a data file. ``profile_for(spec)`` returns a profile
     (default: ``calc.profiles.get_profile``; ``python -m calc validate`` passes the committed
