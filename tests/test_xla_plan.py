@@ -342,15 +342,28 @@ def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
 @needs_plan
 @pytest.mark.keras
 def test_every_compute_capability_compiles():
-    """One small step per distinct compute capability: each target is one XLA accepts."""
-    seen = {}
+    """One small step per distinct compute capability: each target is one XLA accepts.
+
+    The requests go to one plan child in turn (it serves one request a line), so the
+    interpreter and JAX start once; each answer is read as ``compute_plan`` reads it.
+    """
+    from calc.workers.protocol import Child, child_command
+
+    mlp = ModelFile("calc/data/models/mlp.keras")
+    config = TrainingConfig(batch_size=2, optimizer="sgd", device="gpu")
+    targets = {}
     for key, target in xla.gpu_targets().items():
-        if target.compute_capability in seen:
-            continue
-        plan = xla.compute_plan(SMALL_CNN, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), key)
-        seen[target.compute_capability] = plan.peak_bytes
-        assert plan.peak_bytes == sum(plan.components().values()) and plan.temporaries_bytes > 0
-    assert len(seen) >= 8
+        targets.setdefault(target.compute_capability, target)
+    assert len(targets) >= 8
+    child = Child(child_command("plan-xla"), plans.plan_env())
+    try:
+        for capability, target in targets.items():
+            reply = child.ask(cache.plan_request(mlp, config, target, ""), timeout_s=300)
+            assert reply.refusal is None and not reply.failure, (capability, reply, child.tail(5))
+            plan = xla.plan_from_analysis(reply.answer, target.key, "")
+            assert plan.peak_bytes == sum(plan.components().values()) and plan.temporaries_bytes > 0, capability
+    finally:
+        child.close()
 
 
 @needs_plan
