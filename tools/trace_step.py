@@ -94,7 +94,7 @@ def walk_requested(profile, config) -> tuple[int, int, str]:
     """The engine's walk at its peak in requested bytes (no chunk effects): (total, weights and slots, phase)."""
     b = config.per_replica_batch
     return max((sum(m.fixed) + sum(n * _raw_bytes(size * b) for hist in m.per_sample for size, n in hist),
-                m.fixed[W] + m.fixed[OPT], m.phase) for m in _simulate(profile, config, record=True)[0])
+                m.fixed[W] + m.fixed[OPT], m.phase) for m in _simulate(profile, config, record=True).moments)
 
 
 def live_at_peak(events: list[list]) -> tuple[int, list[list], list]:

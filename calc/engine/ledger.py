@@ -86,6 +86,7 @@ class Ledger:
         self.below = below
         self.fixed = [0] * len(Component)
         self.live: list[dict[int, int]] = [{} for _ in Component]
+        self._sorted: list[tuple[tuple[int, int], ...] | None] = [None] * len(Component)  # live, as a moment keeps it
         self.moments: list[Moment] = []
         self.events: list[Event] | None = [] if record else None
         self._seen = [0] * len(Component)
@@ -144,6 +145,7 @@ class Ledger:
         if per_sample_bytes <= 0 or count == 0:
             return
         hist = self.live[component]
+        self._sorted[component] = None
         n = hist.get(per_sample_bytes, 0) + count
         if n:
             hist[per_sample_bytes] = n
@@ -183,17 +185,25 @@ class Ledger:
         """Adds (or frees) batch-independent bytes, recorded with the next change that syncs."""
         self.fixed[component] += nbytes
 
+    def _sorted_live(self, component: int) -> tuple[tuple[int, int], ...]:
+        """A component's live tensors as (size, count) pairs by size, kept until it changes."""
+        pairs = self._sorted[component]
+        if pairs is None:
+            pairs = self._sorted[component] = tuple(sorted(self.live[component].items()))
+        return pairs
+
     def snapshot(self, phase: Phase, extra_fixed: int = 0, extra_per_sample: tuple[int, ...] = ()) -> None:
         """Keeps the moment ``phase``, with temporaries alive only then (transient)."""
         fixed = list(self.fixed)
         fixed[TRANS] += extra_fixed
-        hists = [dict(h) for h in self.live]
-        for size in extra_per_sample:
-            if size > 0:
-                hists[TRANS][size] = hists[TRANS].get(size, 0) + 1
-        self.moments.append(
-            Moment(phase, tuple(fixed), tuple(tuple(sorted(h.items())) for h in hists), self.below)
-        )
+        per_sample = [self._sorted_live(c) for c in range(len(self.live))]
+        if any(size > 0 for size in extra_per_sample):
+            hist = dict(self.live[TRANS])
+            for size in extra_per_sample:
+                if size > 0:
+                    hist[size] = hist.get(size, 0) + 1
+            per_sample[TRANS] = tuple(sorted(hist.items()))
+        self.moments.append(Moment(phase, tuple(fixed), tuple(per_sample), self.below))
         if self.events is not None:
             self._sync_fixed()
             temporaries = [Alloc(self._new_id(), 0, extra_fixed)] if extra_fixed > 0 else []

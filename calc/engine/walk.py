@@ -16,8 +16,8 @@ order, what is resident before the step), ``run_forward``, ``run_loss``,
 
 from __future__ import annotations
 
-from functools import partial
-from typing import NamedTuple
+from dataclasses import dataclass
+from functools import cached_property, partial
 
 from calc.engine.backward import run_backward
 from calc.engine.counting import counted_bytes, raw_bytes, untracked_below
@@ -47,13 +47,19 @@ from calc.facts.optimizers import slots_per_variable
 from calc.types import Device, ModelProfile, TrainingConfig
 
 
-class Walk(NamedTuple):
-    """One walk: every moment, the plan (the moments that can be the peak), and the
-    allocation events (recorded walks only)."""
+@dataclass
+class Walk:
+    """One walk: every moment, the allocation events (recorded walks only), and the plan
+    (the moments that can be the peak), worked out when first asked for."""
 
     moments: list[Moment]
-    plan: StepPlan
     events: list[Event]
+    unknown_layer_types: tuple[str, ...]
+    kept_per_sample: tuple[int, ...]
+
+    @cached_property
+    def plan(self) -> StepPlan:
+        return StepPlan(prune(self.moments), self.unknown_layer_types, self.kept_per_sample)
 
 
 def _resident(state: WalkState) -> None:
@@ -157,5 +163,4 @@ def simulate(profile: ModelProfile, config: TrainingConfig, record: bool = False
     run_backward(state)
     run_update(state)
     ledger = state.ledger
-    plan = StepPlan(prune(ledger.moments), state.keeps.unknown, _kept_per_sample(state))
-    return Walk(ledger.moments, plan, ledger.events or [])
+    return Walk(ledger.moments, ledger.events or [], state.keeps.unknown, _kept_per_sample(state))
