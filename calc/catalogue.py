@@ -24,40 +24,52 @@ class CatalogueEntry:
     family: str
     default_size: int
     min_size: int
+    top_features: int  # the width the classifier of include_top=True reads: its weights are this x classes
+
+    @property
+    def backbone_features(self) -> int:
+        """The width of ``include_top=False``'s pooled output, which the new head reads."""
+        return _BACKBONE_FEATURES.get(self.name, self.top_features)
 
 
-def _family(family: str, names_sizes: list[tuple[str, int]], min_size: int = 32):
-    return [CatalogueEntry(n, family, s, min_size) for n, s in names_sizes]
+# Where the backbone's output is narrower than what the application's own top reads:
+# VGG's fc layers and MobileNetV3's last 1x1 convolution belong to the top.
+_BACKBONE_FEATURES = {"VGG16": 512, "VGG19": 512, "MobileNetV3Small": 576, "MobileNetV3Large": 960}
+
+
+def _family(family: str, entries: list[tuple[str, int, int]], min_size: int = 32):
+    """(name, default size, top features) of each application of one family."""
+    return [CatalogueEntry(n, family, size, min_size, features) for n, size, features in entries]
 
 
 CATALOGUE: dict[str, CatalogueEntry] = {
     e.name: e
     for e in [
-        *_family("VGG", [("VGG16", 224), ("VGG19", 224)]),
-        *_family("ResNet", [("ResNet50", 224), ("ResNet101", 224), ("ResNet152", 224)]),
-        *_family("ResNetV2", [("ResNet50V2", 224), ("ResNet101V2", 224), ("ResNet152V2", 224)]),
-        *_family("Inception", [("InceptionV3", 299), ("InceptionResNetV2", 299)], min_size=75),
-        *_family("Xception", [("Xception", 299)], min_size=71),
-        *_family("MobileNet", [("MobileNet", 224), ("MobileNetV2", 224)]),
-        *_family("MobileNetV3", [("MobileNetV3Small", 224), ("MobileNetV3Large", 224)]),
-        *_family("DenseNet", [("DenseNet121", 224), ("DenseNet169", 224), ("DenseNet201", 224)]),
-        *_family("NASNet", [("NASNetMobile", 224), ("NASNetLarge", 331)]),
+        *_family("VGG", [("VGG16", 224, 4096), ("VGG19", 224, 4096)]),
+        *_family("ResNet", [("ResNet50", 224, 2048), ("ResNet101", 224, 2048), ("ResNet152", 224, 2048)]),
+        *_family("ResNetV2", [("ResNet50V2", 224, 2048), ("ResNet101V2", 224, 2048), ("ResNet152V2", 224, 2048)]),
+        *_family("Inception", [("InceptionV3", 299, 2048), ("InceptionResNetV2", 299, 1536)], min_size=75),
+        *_family("Xception", [("Xception", 299, 2048)], min_size=71),
+        *_family("MobileNet", [("MobileNet", 224, 1024), ("MobileNetV2", 224, 1280)]),
+        *_family("MobileNetV3", [("MobileNetV3Small", 224, 1024), ("MobileNetV3Large", 224, 1280)]),
+        *_family("DenseNet", [("DenseNet121", 224, 1024), ("DenseNet169", 224, 1664), ("DenseNet201", 224, 1920)]),
+        *_family("NASNet", [("NASNetMobile", 224, 1056), ("NASNetLarge", 331, 4032)]),
         *_family(
             "EfficientNet",
-            [("EfficientNetB0", 224), ("EfficientNetB1", 240), ("EfficientNetB2", 260),
-             ("EfficientNetB3", 300), ("EfficientNetB4", 380), ("EfficientNetB5", 456),
-             ("EfficientNetB6", 528), ("EfficientNetB7", 600)],
+            [("EfficientNetB0", 224, 1280), ("EfficientNetB1", 240, 1280), ("EfficientNetB2", 260, 1408),
+             ("EfficientNetB3", 300, 1536), ("EfficientNetB4", 380, 1792), ("EfficientNetB5", 456, 2048),
+             ("EfficientNetB6", 528, 2304), ("EfficientNetB7", 600, 2560)],
         ),
         *_family(
             "EfficientNetV2",
-            [("EfficientNetV2B0", 224), ("EfficientNetV2B1", 240), ("EfficientNetV2B2", 260),
-             ("EfficientNetV2B3", 300), ("EfficientNetV2S", 384), ("EfficientNetV2M", 480),
-             ("EfficientNetV2L", 480)],
+            [("EfficientNetV2B0", 224, 1280), ("EfficientNetV2B1", 240, 1280), ("EfficientNetV2B2", 260, 1408),
+             ("EfficientNetV2B3", 300, 1536), ("EfficientNetV2S", 384, 1280), ("EfficientNetV2M", 480, 1280),
+             ("EfficientNetV2L", 480, 1280)],
         ),
         *_family(
             "ConvNeXt",
-            [("ConvNeXtTiny", 224), ("ConvNeXtSmall", 224), ("ConvNeXtBase", 224),
-             ("ConvNeXtLarge", 224), ("ConvNeXtXLarge", 224)],
+            [("ConvNeXtTiny", 224, 768), ("ConvNeXtSmall", 224, 768), ("ConvNeXtBase", 224, 1024),
+             ("ConvNeXtLarge", 224, 1536), ("ConvNeXtXLarge", 224, 2048)],
         ),
     ]
 }
@@ -179,25 +191,28 @@ def make_spec(
             f"Received: {h}x{w}"
         )
     spec = ModelSpec(entry.name, h, w, channels, bool(include_top), classes)
-    params = approximate_params(spec)
+    params = approximate_params(spec, entry.top_features if spec.include_top else entry.backbone_features)
     if params > MAX_PARAMS:
         raise ValueError(
-            f"{entry.name} at {h}x{w} with include_top={spec.include_top} has about "
-            f"{params:,} parameters ({params * 4 / 1024**3:,.1f} GiB of float32 weights alone); "
-            f"the limit is {MAX_PARAMS:,}. Use a smaller image or include_top=False."
+            f"{entry.name} at {h}x{w} with {classes:,} classes has at least {params:,} parameters "
+            f"({params * 4 / 1024**3:,.1f} GiB of float32 weights alone); the limit is {MAX_PARAMS:,}. "
+            "Use a smaller image, fewer classes or include_top=False."
         )
     return spec
 
 
-def approximate_params(spec: ModelSpec) -> int:
-    """Parameters that grow with the image: VGG's Flatten -> fc1 top (others pool first).
+def approximate_params(spec: ModelSpec, head_features: int) -> int:
+    """Parameters that grow with the request: the classifier of ``classes`` outputs on
+    ``head_features`` inputs (the application's own top, or the new head of
+    ``include_top=False``), and VGG's Flatten -> fc1 top (others pool first).
 
-    Only the size-dependent part is counted exactly; it is what can make a request
-    absurd. Other applications' parameters do not depend on the image size and are
-    all below ``MAX_PARAMS``.
+    Only the request-dependent part is counted; it is what can make a request absurd
+    (a million classes on ConvNeXtXLarge is a 2·10^9-parameter head). The rest of every
+    application is fixed and below 400 million parameters.
     """
+    head = (head_features + 1) * spec.classes
     if spec.include_top and spec.name in ("VGG16", "VGG19"):
         # Five 2x2 max-pools with 'valid' padding: each floors the side by two.
         flat = (spec.height // 32) * (spec.width // 32) * 512
-        return flat * 4096 + 4096 + 4097 * 4096 + 4097 * spec.classes
-    return 0
+        return flat * 4096 + 4096 + 4097 * 4096 + head
+    return head

@@ -54,8 +54,41 @@ def test_vgg_top_parameters_follow_the_image_size():
     for side in (224, 256, 512):
         flat = (side // 32) ** 2 * 512
         expected = flat * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 1000 + 1000
-        assert approximate_params(make_spec("VGG16", side)) == expected
-    assert approximate_params(make_spec("VGG16", 224)) + convs == 138_357_544
+        assert approximate_params(make_spec("VGG16", side), 4096) == expected
+    assert approximate_params(make_spec("VGG16", 224), 4096) + convs == 138_357_544
+
+
+def test_each_top_reads_the_width_the_shipped_ledger_gives_its_classifier():
+    from calc.profiles import get_profile
+
+    for name, entry in CATALOGUE.items():
+        classifier = [layer for layer in get_profile(make_spec(name)).layers if layer.trainable_weight_elements][-1]
+        assert classifier.trainable_weight_elements == (entry.top_features * 1000, 1000), name
+
+
+def test_a_head_of_a_million_classes_is_refused_before_anything_is_built():
+    # ConvNeXtXLarge's 2,048 features x 1,000,000 classes: a 2·10^9-parameter head.
+    with pytest.raises(ValueError, match=r"ConvNeXtXLarge at 224x224 with 1,000,000 classes has at least 2,049,000,000"):
+        make_spec("ConvNeXtXLarge", classes=1_000_000)
+    with pytest.raises(ValueError, match="2,049,000,000"):
+        make_spec("ConvNeXtXLarge", include_top=False, classes=1_000_000)
+    assert make_spec("ResNet50", classes=400_000).classes == 400_000
+    assert make_spec("VGG16", include_top=False, classes=1_000_000).classes == 1_000_000  # 512 x 10^6
+
+
+def test_each_new_head_reads_the_width_the_committed_ledgers_give_it():
+    from calc.profile_json import profile_from_dict
+    from calc.validation.ledgers import read_ledgers
+
+    ledgers = read_ledgers()
+    heads = {}
+    for key, data in ledgers.profiles.items():
+        name = key.split("-")[0]
+        if name in CATALOGUE and "-head" in key:
+            heads[name] = profile_from_dict(data).layers[-1].trainable_weight_elements
+    assert len(heads) >= 30
+    for name, (kernel, bias) in heads.items():
+        assert kernel == CATALOGUE[name].backbone_features * bias, name
 
 
 def test_absurd_weights_are_refused_at_once():
