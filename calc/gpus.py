@@ -73,8 +73,8 @@ GPU_PRESETS: dict[str, GpuPreset] = {
 
 def custom_gpu(memory_gib: float, overhead_mib: int = 512) -> GpuPreset:
     """A card of any size, given in GiB."""
-    if not isinstance(memory_gib, (int, float)) or isinstance(memory_gib, bool) or not 0 < memory_gib <= 4096:
-        raise ValueError(f"memory_gib must be a number in (0, 4096]. Received: memory_gib={memory_gib!r}")
+    if not isinstance(memory_gib, (int, float)) or isinstance(memory_gib, bool) or not 1 / 1024 <= memory_gib <= 4096:
+        raise ValueError(f"memory_gib must be a number of GiB from 1/1024 (1 MiB) to 4096. Received: memory_gib={memory_gib!r}")
     return GpuPreset("custom", f"Custom {memory_gib:g} GiB", int(memory_gib * 1024), "unknown", True, overhead_mib, "custom")
 
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+import zlib
 
 from calc.types import ModelProfile
 from calc.workers.files import profile_file
@@ -41,11 +42,16 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
     if not data:
         raise ValueError("The file is empty.")
     if ext == ".keras":
+        if (entries := zip_entry_count(data)) is not None and entries > MAX_ENTRIES:
+            raise ValueError(f"The archive holds {entries:,} files; a .keras file holds a few (the limit is {MAX_ENTRIES}).")
         try:
             archive = zipfile.ZipFile(io.BytesIO(data))
-        except zipfile.BadZipFile:
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError):
             raise ValueError("This is not a .keras file (a .keras file is a zip archive); is it truncated?") from None
         with archive:
+            if len(archive.infolist()) > MAX_ENTRIES:
+                raise ValueError(f"The archive holds {len(archive.infolist()):,} files; a .keras file holds a few "
+                                 f"(the limit is {MAX_ENTRIES}).")
             total = sum(info.file_size for info in archive.infolist())
             if total > MAX_UNCOMPRESSED_BYTES or total > MAX_RATIO * max(len(data), 1):
                 raise ValueError(
@@ -64,6 +70,21 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
     return ext
 
 
+MAX_ENTRIES = 64  # Keras writes three: config.json, metadata.json, model.weights.h5
+_END_OF_DIRECTORY = b"PK\x05\x06"
+
+
+def zip_entry_count(data: bytes) -> int | None:
+    """The number of files a zip archive's end record announces, read without opening the archive
+    (opening reads the whole directory: 600,000 entries cost seconds and hundreds of MiB);
+    None where the record is not found or defers to a zip64 record (``ZipFile`` then decides)."""
+    at = data.rfind(_END_OF_DIRECTORY, max(0, len(data) - 22 - 65_535))
+    if at < 0 or at + 22 > len(data):
+        return None
+    count = int.from_bytes(data[at + 10:at + 12], "little")
+    return None if count == 0xFFFF else count
+
+
 def _size(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
 
@@ -75,11 +96,18 @@ def _read_config(archive: zipfile.ZipFile) -> object:
     if archive.getinfo("config.json").file_size > MAX_CONFIG_BYTES:
         raise ValueError(f"config.json is larger than {MAX_CONFIG_BYTES // 2**20} MiB: refused.")
     try:
-        return json.loads(archive.read("config.json"))
+        raw = archive.read("config.json")
+    except NotImplementedError:  # Deflate64, PPMd...: not what Keras writes
+        raise ValueError("config.json is compressed with a method this tool does not read; Keras writes "
+                         "stored or deflated entries: save the model again with model.save().") from None
+    except RuntimeError:  # zipfile's word for an encrypted entry
+        raise ValueError("config.json in this archive is encrypted; Keras cannot read it either.") from None
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error, ValueError) as exc:
+        raise ValueError(f"The archive is damaged (is it truncated?): {' '.join(str(exc).split())[:200]}") from None
+    try:
+        return json.loads(raw)
     except (ValueError, RecursionError):
         raise ValueError("config.json in this archive is not valid JSON (or nested too deeply).") from None
-    except (zipfile.BadZipFile, EOFError, OSError) as exc:
-        raise ValueError(f"The archive is damaged (is it truncated?): {exc}") from None
 
 
 def custom_classes(config: object) -> list[str]:

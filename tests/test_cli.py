@@ -2,11 +2,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from calc.cli import main
 from calc.types import Device
+
+
+# A shipped example file: a measurement's child builds it in seconds (MobileNetV2 took 18 s).
+SMALL_FILE = str(Path(__file__).resolve().parent.parent / "calc" / "data" / "models" / "mnist_cnn.keras")
 
 
 def run(*args):
@@ -43,12 +48,52 @@ def run(*args):
         (["measure", "--file", "model.txt"], "Expected a .keras or .h5 file"),
         (["estimate", "--model", "ResNet50", "--momentum", "1.5"], "between 0 and 1"),
         (["estimate", "--model", "ResNet50", "--momentum", "high"], "between 0 and 1"),
+        (["estimate", "--model", "ResNet50", "--gpu", "t4", "--margin", "nan"], "a fraction in [0, 1)"),
+        (["estimate", "--model", "ResNet50", "--gpu", "t4", "--margin", "1"], "a fraction in [0, 1)"),
+        (["estimate", "--model", "ResNet50", "--memory-gib", "1e-300"], "from 1/1024 (1 MiB) to 4096"),
+        (["estimate", "--model", "ResNet50", "--memory-gib", "nan"], "from 1/1024 (1 MiB) to 4096"),
+        (["measure", "--model", "ResNet50", "--timeout", "-1"], "seconds in (0, 86400]"),
+        (["measure", "--model", "ResNet50", "--timeout", "inf"], "seconds in (0, 86400]"),
+        (["estimate", "--model", "ConvNeXtXLarge", "--classes", "1000000"], "2,049,000,000 parameters"),
     ],
 )
 def test_bad_options_one_line_status_2(args, needle, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err and err.startswith("calc: error:")
+
+
+@pytest.mark.parametrize("make", ["link_to_dev_zero", "fifo", "folder"])
+def test_file_takes_regular_files_only(make, tmp_path, capsys):
+    """A link to /dev/zero would be read until memory runs out, a FIFO would wait for ever."""
+    path = tmp_path / "model.keras"
+    if make == "link_to_dev_zero":
+        path.symlink_to("/dev/zero")
+    elif make == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    for command in ("estimate", "measure"):
+        assert main([command, "--file", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"calc: error: {path} is not a regular file; --file takes a saved model file."
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{}", 'expected an object with a list of "cases"'),
+    ("[]", 'expected an object with a list of "cases"'),
+    ("not json", "cannot be read as a validation data file"),
+    ('{"cases": [7]}', "case 1: expected an object"),
+    ('{"cases": [{"case": "x", "spec": {}, "config": {}, "peak_bytes": -5}]}', "positive whole"),
+    ('{"cases": [{"case": "x", "spec": {}, "config": {}, "peak_bytes": 5}]}', "case x: not a model"),
+])
+def test_validate_a_data_file_of_another_shape_is_one_line(content, needle, tmp_path, capsys):
+    data = tmp_path / "data.json"
+    data.write_text(content)
+    for step in ("graph", "xla"):
+        assert main(["validate", "--data", str(data), "--step", step]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and "\n" not in err and err.startswith("calc: error: data.json"), err
 
 
 def test_models_and_gpus_json(capsys):
@@ -151,8 +196,7 @@ def test_estimate_defaults_to_the_kernels_measure_runs_here(capsys, monkeypatch)
 
 @pytest.mark.measure
 def test_measure_json_components_sum_to_the_peak():
-    r = run("measure", "--model", "MobileNetV2", "--image-size", "64", "--batch-size", "4", "--optimizer", "sgd",
-            "--repeats", "1", "--json")
+    r = run("measure", "--file", SMALL_FILE, "--batch-size", "4", "--optimizer", "sgd", "--repeats", "1", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["peak_bytes"] == sum(out["components"].values())
@@ -163,8 +207,8 @@ def test_measure_json_components_sum_to_the_peak():
 def test_measure_with_gradient_accumulation_measures_an_update_step():
     # Keras' ``iterations`` is steps // N under accumulation, a new tensor on each read:
     # the protocol once read it only once and never saw an update applied.
-    r = run("measure", "--model", "MobileNetV2", "--image-size", "64", "--batch-size", "4", "--optimizer", "sgd",
-            "--grad-accum", "3", "--repeats", "1", "--json")
+    r = run("measure", "--file", SMALL_FILE, "--batch-size", "4", "--optimizer", "sgd", "--grad-accum", "3",
+            "--repeats", "1", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["gradient_accumulation_steps"] == 3
@@ -175,8 +219,7 @@ def test_measure_with_gradient_accumulation_measures_an_update_step():
 def test_measure_runs_the_graph_executor_unless_asked_for_xla():
     # Keras 3's jit_compile="auto" turns XLA on by itself on a GPU; the engine models the
     # executor, so measure pins jit_compile=False unless --xla asks for it.
-    args = ("measure", "--model", "MobileNetV2", "--image-size", "32", "--batch-size", "2", "--optimizer", "sgd",
-            "--repeats", "1", "--json")
+    args = ("measure", "--file", SMALL_FILE, "--batch-size", "2", "--optimizer", "sgd", "--repeats", "1", "--json")
     plain, xla = run(*args), run(*args, "--xla")
     assert plain.returncode == 0, plain.stderr
     assert xla.returncode == 0, xla.stderr

@@ -1,13 +1,15 @@
 """Uploaded files: checked before Keras sees them, read in safe mode, temp files removed."""
 
 import io
+import json
 import os
+import struct
 import tempfile
 import zipfile
 
 import pytest
 
-from calc.uploads import MAX_UPLOAD_BYTES, check_upload, profile_upload
+from calc.uploads import MAX_UPLOAD_BYTES, check_upload, profile_upload, zip_entry_count
 
 
 def test_extension_size_and_signatures():
@@ -30,6 +32,49 @@ def test_zip_bomb_is_refused_before_unpacking():
         z.writestr("model.weights.h5", b"\x00" * (50 * 2**20))  # compresses ~1000x
     with pytest.raises(ValueError, match="unpack"):
         check_upload(buf.getvalue(), "bomb.keras")
+
+
+def _keras_zip(method=zipfile.ZIP_DEFLATED, extra_entries=0) -> bytearray:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", method) as z:
+        z.writestr("config.json", json.dumps({"class_name": "Functional", "config": {"layers": []}}))
+        for i in range(extra_entries):
+            z.writestr(f"extra{i}", b"")
+    return bytearray(out.getvalue())
+
+
+def _patch_headers(data: bytearray, local_at: int, central_at: int, change) -> bytes:
+    """Rewrites a 16-bit field of config.json's local and central headers (offsets from each signature)."""
+    for signature, offset in ((b"PK\x03\x04", local_at), (b"PK\x01\x02", central_at)):
+        i = data.find(signature) + offset
+        data[i:i + 2] = struct.pack("<H", change(struct.unpack("<H", data[i:i + 2])[0]))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda: _patch_headers(_keras_zip(), 8, 10, lambda _: 9), "compressed with a method this tool does not read"),
+    (lambda: _patch_headers(_keras_zip(), 6, 8, lambda flags: flags | 1), "encrypted"),
+    (lambda: _corrupt_stream(_keras_zip()), "The archive is damaged"),
+    (lambda: bytes(_keras_zip(zipfile.ZIP_STORED, extra_entries=100)), "holds 101 files"),
+], ids=["deflate64", "encrypted", "corrupt_stream", "many_entries"])
+def test_archives_keras_cannot_read_are_one_line(make, needle):
+    with pytest.raises(ValueError, match=needle) as caught:
+        check_upload(make(), "model.keras")
+    assert "\n" not in str(caught.value)
+
+
+def _corrupt_stream(data: bytearray) -> bytes:
+    i = data.find(b"PK\x03\x04")
+    name_len, extra_len = struct.unpack("<HH", data[i + 26:i + 30])
+    start = i + 30 + name_len + extra_len
+    data[start:start + 4] = b"\xff\xff\xff\xff"  # an invalid deflate block type
+    return bytes(data)
+
+
+def test_the_entry_count_is_read_from_the_end_record_before_the_archive_is_opened():
+    data = bytes(_keras_zip(zipfile.ZIP_STORED, extra_entries=2))
+    assert zip_entry_count(data) == 3
+    assert zip_entry_count(b"no archive here") is None
 
 
 def test_zip_without_config_is_not_a_model():

@@ -16,7 +16,7 @@ from calc.catalogue import CATALOGUE, ModelFile, ModelSpec
 from calc.gpus import GPU_PRESETS
 from calc.cli.estimate import cmd_estimate, cmd_max_batch
 from calc.cli.options import (GIB, LOCAL_FILE_LIMIT, Parser, UsageError, add_gpu_options, add_model_options,
-                              config_from_args, positive, read_file,
+                              config_from_args, positive, read_file, seconds,
                               print_out, spec_and_config)
 from calc.cli.validate import cmd_validate
 
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("measure", help="run real training steps and read TensorFlow's allocator peak")
     add_model_options(p)
     p.add_argument("--repeats", type=positive, default=3)
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="seconds per run")
     p.add_argument("--xla", action="store_true",
                    help="compile the step with XLA (jit_compile=True, Keras 3's default on a GPU); "
                         "the estimate models the step without it, which measure runs by default")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any, NoReturn
 
 from calc.catalogue import ModelSpec, make_spec
@@ -44,6 +45,26 @@ def momentum_value(text: str) -> float:
     return value
 
 
+def _number(text: str, fits, expected: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not fits(value):  # nan fits nothing
+        raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """``--margin``: a finite fraction in [0, 1)."""
+    return _number(text, lambda v: 0.0 <= v < 1.0, "a fraction in [0, 1), e.g. 0.1 for 10%")
+
+
+def seconds(text: str) -> float:
+    """``--timeout``: seconds, more than 0 and at most a day."""
+    return _number(text, lambda v: 0.0 < v <= 86_400.0, "seconds in (0, 86400]")
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="a Keras application, e.g. ResNet50 (see `models`)")
     p.add_argument("--file", help="your own saved model (.keras or .h5), read with Keras safe mode instead of --model")
@@ -77,7 +98,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", help=f"a preset: {', '.join(GPU_PRESETS)}")
     p.add_argument("--memory-gib", type=float, help="a custom card size in GiB")
-    p.add_argument("--margin", type=float, default=0.0, help="safety margin, a fraction (0.1 = 10%%)")
+    p.add_argument("--margin", type=fraction, default=0.0, help="safety margin, a fraction (0.1 = 10%%)")
     p.add_argument("--step", choices=["xla", "graph"],
                    help="which training step to predict: xla (XLA's own plan of the step Keras compiles on a GPU, "
                         "jit_compile=True, computed without a GPU; the default with --gpu) or graph (the walk of "
@@ -114,14 +135,16 @@ def read_file(args: argparse.Namespace) -> bytes:
     check_file(args)
     try:
         with open(args.file, "rb") as f:
-            return f.read()
+            return f.read(LOCAL_FILE_LIMIT + 1)  # bounded, should it have grown since the check
     except OSError as exc:
         raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
 
 
 def check_file(args: argparse.Namespace) -> None:
-    """--file's options, name and size are what the command line takes, and it can be opened."""
+    """--file's options, name and size are what the command line takes, and it is a regular
+    file that can be opened (a link to one is followed)."""
     import os
+    import stat
 
     from calc.uploads import check_extension
 
@@ -131,13 +154,18 @@ def check_file(args: argparse.Namespace) -> None:
         raise ValueError(f"--file takes the model as saved; drop {', '.join(given)}.")
     check_extension(args.file)
     try:
-        size = os.path.getsize(args.file)
-        if size > LOCAL_FILE_LIMIT:
-            raise ValueError(f"{args.file} is {size / 2**30:,.1f} GiB; the limit is {LOCAL_FILE_LIMIT // 2**30} GiB.")
-        with open(args.file, "rb"):
-            pass
+        # Without blocking: a FIFO would otherwise wait for a writer for ever.
+        fd = os.open(args.file, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise ValueError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):  # /dev/zero, a FIFO, a folder: read for ever or not at all
+        raise ValueError(f"{args.file} is not a regular file; --file takes a saved model file.")
+    if info.st_size > LOCAL_FILE_LIMIT:
+        raise ValueError(f"{args.file} is {info.st_size / 2**30:,.1f} GiB; the limit is {LOCAL_FILE_LIMIT // 2**30} GiB.")
 
 
 def spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:

@@ -53,10 +53,38 @@ def case_id(spec: ModelSpec | ModelFile, config: TrainingConfig) -> str:
 
 
 def load_measurements(path: Path = CPU_DATA) -> dict[str, Any]:
-    """Reads a validation data file: ``{"environment": {...}, "cases": [...]}``."""
+    """Reads a validation data file: ``{"environment": {...}, "cases": [...]}``.
+
+    Raises:
+        ValueError: in one line, naming the file (and the case) that is not of that shape.
+    """
     if not path.exists():
         return {"environment": {}, "cases": []}
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path.name} cannot be read as a validation data file: {exc}") from None
+    check_cases(data, path.name)
+    return data
+
+
+def check_cases(data: Any, name: str) -> None:
+    """A data file's shape: an object whose "cases" are objects with a "case" name and, where
+    measured, a "spec", a "config" and a positive whole "peak_bytes" (a run that failed keeps
+    its name and its error)."""
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise ValueError(f"{name} is not a validation data file: expected an object with a list of \"cases\"")
+    if not isinstance(data.get("environment", {}), dict):
+        raise ValueError(f"{name}: \"environment\" must be an object")
+    for i, case in enumerate(data["cases"]):
+        fine = isinstance(case, dict) and isinstance(case.get("case"), str)
+        if fine and "peak_bytes" in case:
+            peak = case["peak_bytes"]
+            fine = (type(peak) is int and peak > 0 and isinstance(case.get("spec"), dict)
+                    and isinstance(case.get("config"), dict))
+        if not fine:
+            raise ValueError(f"{name}, case {i + 1}: expected an object with a \"case\" name and, where measured, "
+                             "a positive whole \"peak_bytes\", a \"spec\" and a \"config\"")
 
 
 def cases(path: Path = CPU_DATA) -> list[tuple[ModelSpec | ModelFile, TrainingConfig]]:
@@ -104,6 +132,13 @@ def measured_cases(path: Path) -> list[tuple[dict[str, Any], ModelSpec | ModelFi
     """Every case of a data file with a measured peak, its spec and its config on the
     kernels it was measured with (a run that failed is kept in the file with its error)."""
     data = load_measurements(path)
-    return [(case, spec_from_dict(case["spec"]), replace(config_from_dict(case["config"]),
-                                                         device=measured_device(data, case)))
-            for case in data["cases"] if "peak_bytes" in case]
+    out = []
+    for case in data["cases"]:
+        if "peak_bytes" not in case:
+            continue
+        try:
+            spec, config = spec_from_dict(case["spec"]), config_from_dict(case["config"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path.name}, case {case['case']}: not a model and training setup ({exc!r})") from None
+        out.append((case, spec, replace(config, device=measured_device(data, case))))
+    return out
