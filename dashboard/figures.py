@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dashboard.plain import plain_label
+
 COLORS = {
     "weights": "#4C78A8",
     "gradients": "#F58518",
@@ -106,7 +108,7 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
 
 
 def layers_figure(names, kept_bytes, divisor: float, unit: str) -> go.Figure:
-    fig = go.Figure(go.Bar(x=[k / divisor for k in kept_bytes], y=list(names), orientation="h",
+    fig = go.Figure(go.Bar(x=[k / divisor for k in kept_bytes], y=[plain_label(n) for n in names], orientation="h",
                            marker_color=COLORS["activations"]))
     fig.update_layout(xaxis_title=f"{unit} kept per sample", height=30 * len(names) + 120,
                       yaxis=dict(autorange="reversed"), margin=dict(t=30, b=30))
@@ -117,10 +119,10 @@ def timeline_figure(phases, totals, divisor: float, unit: str) -> go.Figure:
     colors = ["#4C78A8" if p.startswith("forward") else "#E45756" if p.startswith("backward") else "#54A24B"
               for p in phases]
     fig = go.Figure(go.Scatter(x=list(range(len(phases))), y=[t / divisor for t in totals], mode="lines+markers",
-                               text=list(phases), marker=dict(color=colors, size=4),
+                               text=[plain_label(p) for p in phases], marker=dict(color=colors, size=4),
                                hovertemplate=f"%{{text}}: %{{y:.3f}} {unit}<extra></extra>"))
     peak = max(range(len(totals)), key=totals.__getitem__)
-    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=f"peak: {phases[peak]}", showarrow=True)
+    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=f"peak: {plain_label(phases[peak])}", showarrow=True)
     fig.update_layout(xaxis_title="moment of the step (forward → loss → backward → update)",
                       yaxis_title=unit, height=420, margin=dict(t=30, b=30))
     return fig

@@ -8,6 +8,7 @@ from calc.estimate import plan_step
 from calc.types import ModelProfile
 from dashboard import views
 from dashboard.loaders import load_profile, spec_for
+from dashboard.plain import plain
 from dashboard.state import Inputs
 from dashboard.widgets import sidebar_inputs
 
@@ -19,7 +20,7 @@ def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
     try:
         plan_step(profile, views.config_of(inputs))  # a configuration the model cannot take fails here, once
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
         st.stop()
     return inputs, profile
 
@@ -30,7 +31,7 @@ def _catalogue_profile(inputs: Inputs) -> ModelProfile:
         with st.spinner(f"Building {spec.name} at {spec.height}x{spec.width} once (weights=None)…"):
             profile = load_profile(spec)
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(plain(exc))
         st.stop()
     return profile
 
@@ -48,10 +49,10 @@ def _uploaded_profile() -> ModelProfile:
     if cached is not None and cached[0] == upload.file_id:
         return cached[1]
     try:
-        with st.spinner(f"Reading {upload.name} (Keras safe mode)…"):
+        with st.spinner(f"Reading {plain(upload.name)} (Keras safe mode)…"):
             profile = profile_upload(upload.getvalue(), upload.name)
     except ValueError as exc:
-        st.error(f"{upload.name}: {exc}")
+        st.error(f"{plain(upload.name)}: {plain(exc)}")
         st.stop()
     st.session_state["_upload_profile"] = (upload.file_id, profile)
     return profile
@@ -70,7 +71,7 @@ def _summary_profile() -> ModelProfile:
         reading = read_summary(text, activation=st.session_state.get("summary_activation", "relu"),
                                input_shape=parse_shape(st.session_state.get("summary_input_shape", "")))
     except ValueError as exc:
-        st.error(f"Could not read the summary: {exc}")
+        st.error(f"Could not read the summary: {plain(exc)}")
         st.stop()
     st.caption(views.summary_caption(reading))
     for note in views.summary_warnings(reading):

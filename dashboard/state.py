@@ -13,6 +13,7 @@ from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
 from calc.types import Device, Optimizer, Precision, TrainMode
 from calc.xla import REMAT_MODES
+from dashboard.plain import plain
 
 MAX_BATCH = 65536
 MAX_QUERY_VALUE_CHARS = 64
@@ -106,7 +107,7 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         try:
             values[key] = parsers[key](text)
         except (ValueError, TypeError, OverflowError):
-            warnings.append(f"Ignored {key}={text!r} from the link: using {values[key]!r}.")
+            warnings.append(f"Ignored {key}={plain(repr(text))} from the link: using {values[key]!r}.")
     inputs = Inputs(**values)
     if inputs.batch_size % inputs.num_gpus:
         warnings.append(f"batch_size {inputs.batch_size} is not divisible by num_gpus {inputs.num_gpus}: using 1 GPU.")

@@ -4,6 +4,7 @@ import streamlit as st
 from calc.gpus import GPU_PRESETS
 from dashboard import figures, views
 from dashboard.loaders import load_profile, spec_for
+from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MODELS
 from dashboard.widgets import sidebar_inputs
@@ -26,7 +27,7 @@ for name in models:
         with st.spinner(f"Building {name} once (weights=None)…"):
             profiles[name] = load_profile(spec_for(name, inputs.image_size, inputs.train_mode == "frozen_backbone"))
     except ValueError as exc:
-        st.error(f"{name}: {exc}")
+        st.error(f"{name}: {plain(exc)}")
 if not profiles:
     st.info("Pick at least one model.")
     st.stop()
@@ -35,7 +36,7 @@ try:
     table = pd.DataFrame(views.compare_table(profiles, gpus, inputs))
     curves = views.compare_curves(profiles, inputs)
 except ValueError as exc:
-    st.error(str(exc))
+    st.error(plain(exc))
     st.stop()
 st.subheader("Largest batch that fits")
 st.dataframe(table, hide_index=True)

@@ -6,6 +6,7 @@ import streamlit as st
 from dashboard import figures, views
 from dashboard.loaders import accuracy_line, caveat_records, own_model_record, xla_line
 from dashboard.pagekit import inputs_and_profile
+from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 from dashboard.xla_step import show_xla_notes, xla_state
@@ -17,7 +18,7 @@ gpu = gpu_of(inputs)
 try:
     view = views.estimate_view(profile, inputs, gpu)
 except ValueError as exc:
-    st.error(str(exc))
+    st.error(plain(exc))
     st.stop()
 xla = xla_state(inputs, view)  # known plans now; missing ones compile in the background
 shown = xla.shown(view, inputs)
@@ -41,7 +42,7 @@ if shown.step == "graph":  # the walk's caveats: TensorFlow's allocator and exec
         st.warning(own)
     if view.unknown_layer_types:
         st.warning("Layer types without a rule, counted as keeping input and output: "
-                   + ", ".join(view.unknown_layer_types))
+                   + plain(", ".join(view.unknown_layer_types)))
 
 divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)

@@ -6,6 +6,7 @@ from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, 
                                noise_line, slice_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
+from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 
 ensure_routed()
@@ -85,7 +86,7 @@ elif st.button("Measure now", key="measure_now"):
         result = run_measurement(profile, inputs)
         if result.error:
             status.update(label="Measurement failed", state="error")
-            st.error(result.error)
+            st.error(plain(result.error))
         else:
             status.update(label="Measured", state="complete")
             extra.append((result.measured_bytes, result.predicted_bytes, result.label))

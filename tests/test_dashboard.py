@@ -12,6 +12,7 @@ from calc.gpus import GPU_PRESETS
 from calc.profiles import get_profile
 from calc.types import TrainingConfig
 from dashboard.state import Inputs
+from tests.tools import displayed
 
 pytestmark = pytest.mark.server
 APP = "../app.py"
@@ -602,7 +603,7 @@ def test_remat_shows_its_saving_against_the_plan_without_it():
 
 def test_bad_remat_in_the_link_falls_back_to_none():
     at = app({**SMALL, "remat": "bogus"})
-    assert any(w.value == "Ignored remat='bogus' from the link: using 'none'." for w in at.warning)
+    assert any(displayed(w.value) == "Ignored remat='bogus' from the link: using 'none'." for w in at.warning)
     assert at.selectbox(key="remat").value == "none"
 
 

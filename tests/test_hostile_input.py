@@ -6,10 +6,12 @@ widgets, and uploads (the command line's are in ``test_cli.py``).
 
 import io
 import os
+import re
 import tempfile
 import time
 import zipfile
 from dataclasses import replace
+from html import unescape
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +23,7 @@ from calc.types import MAX_BATCH_SIZE, Optimizer, Precision, TrainingConfig, Tra
 from calc.uploads import MAX_UPLOAD_BYTES, check_upload, custom_classes, profile_upload
 from calc.workers.protocol import resident_bytes
 from dashboard.state import DEFAULTS, DEVICES, FIELD_NAMES, GPUS, MAX_BATCH, OPTIMIZERS, PRECISIONS, UNITS, parse_query
+from tests.tools import displayed
 
 HOSTILE_TEXT = ["", " ", "0", "-1", "1e309", "nan", "inf", "-inf", "0x20", "2.5", "1_000_000", "３２", "\x00",
                 "<script>alert(1)</script>", "' OR 1=1 --", "${jndi:ldap://x}", "../../etc/passwd", "9" * 5000,
@@ -128,7 +131,7 @@ def test_any_query_string_gives_valid_inputs_and_a_warning_per_bad_value(params)
 def test_the_kernels_come_from_the_link_and_default_to_a_gpu():
     assert parse_query({"device": "cpu"}) == (replace(DEFAULTS, device="cpu"), [])
     inputs, warnings = parse_query({"device": "tpu"})
-    assert inputs.device == DEFAULTS.device == "gpu" and warnings == ["Ignored device='tpu' from the link: using 'gpu'."]
+    assert inputs.device == DEFAULTS.device == "gpu" and [displayed(w) for w in warnings] == ["Ignored device='tpu' from the link: using 'gpu'."]
 
 
 def test_a_flood_of_parameters_is_cheap():
@@ -224,7 +227,7 @@ def test_absurd_weights_in_a_link_are_an_error_and_build_nothing(app_test, monke
     monkeypatch.setattr(build, "profile_catalogue_model", no_build)
     at = app_test({"model": "VGG16", "image_size": "8192"})
     assert not at.exception
-    assert at.error and "parameters" in at.error[0].value and "include_top=False" in at.error[0].value
+    assert at.error and "parameters" in at.error[0].value and "include_top=False" in displayed(at.error[0].value)
 
 
 @pytest.mark.server
@@ -234,6 +237,42 @@ def test_random_links_never_show_a_traceback(app_test, params):
     at = app_test(params)  # image_size stays the default: no Keras builds in this loop
     assert not at.exception, [e.value for e in at.exception]
     assert at.metric  # the page rendered its numbers with the fallback values
+
+
+INJECTIONS = ["[Session expired - sign in](https://evil.example/l)", "![x](http://HOST/beacon.png)",
+              "www.evil.example <a href='https://evil.example'>x</a>", ":red[alarm] $x^2$ **bold**"]
+
+
+def _rendered(markdown_text: str) -> str:
+    """What CommonMark makes of a message (Streamlit renders messages as Markdown)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").render(markdown_text)
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_a_visitor_string_is_shown_as_its_characters(value):
+    from dashboard.plain import plain, plain_label
+
+    shown = plain(value)
+    html = _rendered(shown)
+    assert "<a" not in html and "<img" not in html and "<strong>" not in html
+    # GFM links a bare URL or www. by itself, Streamlit reads :red[...] and $...$: every mark is escaped.
+    assert re.search(r"(?<!\\)[:/.\[\]()!<>$*]", shown) is None, shown
+    # What the reader sees is the string itself.
+    assert html.startswith("<p>") and html.endswith("</p>\n") and unescape(html[3:-5]) == value
+    assert "<a" not in plain_label(value) and unescape(plain_label(value)) == value
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("value", INJECTIONS[:2])
+def test_a_link_value_in_markdown_is_echoed_as_text(app_test, value):
+    at = app_test({**SMALL, "model": value})
+    assert not at.exception
+    warnings = [w.value for w in at.warning if "Ignored model=" in w.value]
+    assert len(warnings) == 1
+    html = _rendered(warnings[0])
+    assert "<a" not in html and "<img" not in html and "://" not in warnings[0]
 
 
 @pytest.mark.server
@@ -304,7 +343,7 @@ def test_hostile_uploads_in_the_dashboard(app_test, tmp_path, kind, monkeypatch)
     at.file_uploader(key="upload_file").set_value((name, (tmp_path / name).read_bytes(), "application/octet-stream"))
     at.run()
     assert not at.exception
-    assert at.error and needle in at.error[0].value, [e.value for e in at.error]
+    assert at.error and needle in displayed(at.error[0].value), [e.value for e in at.error]
     assert _upload_dirs() == before  # the private temporary directory is gone
 
 

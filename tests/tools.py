@@ -1,6 +1,8 @@
-"""The repository's scripts in tools/, loaded as modules for the tests that check them."""
+"""Helpers of the tests: the repository's scripts in tools/ loaded as modules, and what a
+Markdown message shows."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -16,3 +18,8 @@ def load_tool(name: str) -> ModuleType:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def displayed(markdown: str) -> str:
+    """What a Streamlit message shows: its backslash escapes (``dashboard.plain``) resolved."""
+    return re.sub(r"\\(.)", r"\1", markdown)
