@@ -1,7 +1,11 @@
-"""The Validation page's "measure now": bounded, one at a time server-wide, switchable off.
+"""The Validation page's "measure now": off unless the operator turns it on, bounded in
+size and memory, one at a time server-wide.
 
-Set ``CALC_MEASURE_NOW=off`` in the server's environment or as a root-level Streamlit
-secret to disable it (public hosting).
+It runs real training steps on the host, so it is off by default: set ``CALC_MEASURE_NOW=on``
+in the server's environment or as a root-level Streamlit secret to offer it. A step whose
+predicted need (the estimate plus what TensorFlow itself holds) passes the measurement's
+memory budget (``CALC_MEASURE_GIB``, ``calc.workers.budgets``) is refused before it starts,
+and a run that passes it anyway is stopped.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from calc.estimate import estimate_memory
 from calc.types import Device, ModelProfile
+from calc.workers.budgets import TENSORFLOW_RESIDENT_BYTES, budget_bytes, gib
 from calc.workers.measure import MeasurementError, measure_training_step
 from dashboard.loaders import spec_for
 from dashboard.state import Inputs
@@ -58,8 +63,9 @@ def server_has_gpu() -> bool:
 
 
 def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, str]:
-    if server_setting("CALC_MEASURE_NOW", "on").lower() in ("off", "0", "false", "no"):
-        return False, "Measuring is switched off on this server (CALC_MEASURE_NOW=off)."
+    if server_setting("CALC_MEASURE_NOW", "off").lower() not in ("on", "1", "true", "yes"):
+        return False, ("Measuring is off on this server: it runs real training steps on the host. Its operator can "
+                       "turn it on with CALC_MEASURE_NOW=on; on your own machine, `python -m calc measure` runs it.")
     if inputs.source != "catalogue":
         return False, ("Measuring here is for catalogue models; measure your own on your machine: "
                        "`python -m calc measure --file my_model.keras --batch-size ...` (the same options).")
@@ -71,7 +77,21 @@ def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, st
     if inputs.batch_size > MAX_BATCH or inputs.image_size > MAX_IMAGE or profile.total_params > MAX_PARAMS:
         return False, (f"Measuring here is limited to batch ≤ {MAX_BATCH}, image ≤ {MAX_IMAGE}px and models of "
                        f"≤ {MAX_PARAMS:,} parameters, so that one request cannot hold the server.")
+    need, budget = predicted_need_bytes(profile, inputs), budget_bytes("measure")
+    if need > budget:
+        return False, (f"This step would need about {gib(need)} on this server (the estimate for its CPU plus "
+                       f"{gib(TENSORFLOW_RESIDENT_BYTES)} for TensorFlow itself); the measurement's budget is "
+                       f"{gib(budget)} (CALC_MEASURE_GIB). Try a smaller batch or image.")
     return True, ""
+
+
+def predicted_need_bytes(profile: ModelProfile, inputs: Inputs) -> int:
+    """What a measurement of this step would hold at its peak: the estimate for the kernels it
+    runs here, plus what TensorFlow's process holds besides."""
+    config = config_of(inputs)
+    if config.device is Device.GPU:  # measured on the server's GPU: its process still holds TensorFlow
+        return TENSORFLOW_RESIDENT_BYTES
+    return estimate_memory(profile, config).peak_bytes + TENSORFLOW_RESIDENT_BYTES
 
 
 def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
@@ -82,7 +102,7 @@ def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
     try:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
         config = config_of(inputs)
-        m = measure_training_step(spec, config, repeats=1, timeout_s=TIMEOUT_S)
+        m = measure_training_step(spec, config, repeats=1, timeout_s=TIMEOUT_S, max_rss_bytes=budget_bytes("measure"))
         # Beside it, the estimate for the kernels that ran (a CPU with AVX512-FP16 has no
         # float16 buffers: calc.workers.measure.local_cpu_device).
         ran = replace(config, device=Device(m.kernels))

@@ -206,8 +206,7 @@ def small_profile():
 def test_measure_now_is_allowed_within_its_bounds(small_profile, monkeypatch):
     from dashboard import measure_now
 
-    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
-    monkeypatch.setattr("streamlit.secrets", {})
+    monkeypatch.setenv("CALC_MEASURE_NOW", "on")
     assert measure_now.measure_now_allowed(small_profile, _inputs()) == (True, "")
 
 
@@ -218,17 +217,48 @@ def test_measure_now_is_allowed_within_its_bounds(small_profile, monkeypatch):
 def test_measure_now_refuses_what_could_hold_the_server(small_profile, monkeypatch, inputs, reason):
     from dashboard import measure_now
 
-    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
+    monkeypatch.setenv("CALC_MEASURE_NOW", "on")
     allowed, why = measure_now.measure_now_allowed(small_profile, _inputs(**inputs))
     assert not allowed and reason in why
+
+
+def test_measure_now_refuses_a_step_predicted_past_its_memory_budget(monkeypatch):
+    """Within the size bounds a step can still need far more than the host has (EfficientNetB7
+    at 320 px, batch 64, is 67.6 GiB on the CPU; one click once drove the child past 6 GB on a
+    24 GiB host): EfficientNetB3 at its 300 px, batch 64, is about 20 GiB."""
+    from dashboard import measure_now
+
+    monkeypatch.setenv("CALC_MEASURE_NOW", "on")
+    monkeypatch.delenv("CALC_MEASURE_GIB", raising=False)
+    inputs = _inputs(model="EfficientNetB3", image_size=300, batch_size=64, device="cpu")
+    profile = profiles.get_profile(make_spec("EfficientNetB3"))  # shipped: no build
+    need = measure_now.predicted_need_bytes(profile, inputs)
+    assert need > 16 * 2**30
+    allowed, why = measure_now.measure_now_allowed(profile, inputs)
+    assert not allowed and f"about {need / 2**30:,.1f} GiB" in why and "budget is 6.0 GiB (CALC_MEASURE_GIB)" in why
+    # The operator's budget is the bar: a small step passes it, and fails a budget below its need.
+    small = profiles.get_profile(make_spec("MobileNetV2"))
+    assert measure_now.measure_now_allowed(small, _inputs(device="cpu")) == (True, "")
+    monkeypatch.setenv("CALC_MEASURE_GIB", "0.25")
+    allowed, why = measure_now.measure_now_allowed(small, _inputs(device="cpu"))
+    assert not allowed and "budget is 0.2 GiB" in why
+
+
+@pytest.mark.measure
+def test_a_measurement_past_its_memory_budget_is_stopped_with_the_figure():
+    from calc.types import TrainingConfig
+    from calc.workers.measure import MeasurementError, measure_once
+
+    # Python, TensorFlow and Keras alone pass a 256 MiB budget.
+    with pytest.raises(MeasurementError, match="passed its memory budget of 0.2 GiB and was stopped"):
+        measure_once(make_spec("MobileNetV2", 32), TrainingConfig(batch_size=1), max_rss_bytes=2**28, timeout_s=120)
 
 
 @pytest.mark.parametrize("has_gpu", [False, True])
 def test_measure_now_measures_gpu_kernels_only_on_a_server_with_a_gpu(small_profile, monkeypatch, has_gpu):
     from dashboard import measure_now
 
-    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
-    monkeypatch.setattr("streamlit.secrets", {})
+    monkeypatch.setenv("CALC_MEASURE_NOW", "on")
     monkeypatch.setattr(measure_now, "server_has_gpu", lambda: has_gpu)
     allowed, why = measure_now.measure_now_allowed(small_profile, _inputs(device="gpu"))
     assert allowed == has_gpu
@@ -236,17 +266,24 @@ def test_measure_now_measures_gpu_kernels_only_on_a_server_with_a_gpu(small_prof
     assert measure_now.measure_now_allowed(small_profile, _inputs(device="cpu")) == (True, "")
 
 
-@pytest.mark.parametrize("where", ["environment", "secret"])
-def test_measure_now_can_be_switched_off(small_profile, monkeypatch, where):
+@pytest.mark.parametrize("setting", [None, "off", "nonsense"])
+def test_measure_now_is_off_unless_the_operator_turns_it_on(small_profile, monkeypatch, setting):
     from dashboard import measure_now
 
     monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
-    if where == "environment":
-        monkeypatch.setenv("CALC_MEASURE_NOW", "off")
-    else:
-        monkeypatch.setattr("streamlit.secrets", {"CALC_MEASURE_NOW": "OFF"})
+    monkeypatch.setattr("streamlit.secrets", {})
+    if setting is not None:
+        monkeypatch.setenv("CALC_MEASURE_NOW", setting)
     allowed, why = measure_now.measure_now_allowed(small_profile, _inputs())
-    assert not allowed and "switched off" in why
+    assert not allowed and "CALC_MEASURE_NOW=on" in why
+
+
+def test_measure_now_can_be_turned_on_by_a_secret(small_profile, monkeypatch):
+    from dashboard import measure_now
+
+    monkeypatch.delenv("CALC_MEASURE_NOW", raising=False)
+    monkeypatch.setattr("streamlit.secrets", {"CALC_MEASURE_NOW": "ON"})
+    assert measure_now.measure_now_allowed(small_profile, _inputs()) == (True, "")
 
 
 def test_only_one_measurement_runs_at_a_time(small_profile, monkeypatch):

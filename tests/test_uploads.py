@@ -77,6 +77,27 @@ def test_the_entry_count_is_read_from_the_end_record_before_the_archive_is_opene
     assert zip_entry_count(b"no archive here") is None
 
 
+@pytest.mark.keras
+def test_a_tiny_file_of_a_huge_model_is_stopped_at_the_readers_memory_budget(tmp_path, monkeypatch):
+    """Input(40000) -> Dense(40000) in a 754-byte .keras without weights: building it takes
+    6.4 GB (the reader once reached 5 GB in 18 s); the reader stops at its budget."""
+    import keras
+
+    inp = keras.Input((4,))
+    keras.Model(inp, keras.layers.Dense(4)(inp)).save(tmp_path / "small.keras")
+    with zipfile.ZipFile(tmp_path / "small.keras") as small:
+        config = small.read("config.json").decode().replace("4]", "40000]").replace('"units": 4', '"units": 40000')
+        metadata = small.read("metadata.json")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", config)
+        z.writestr("metadata.json", metadata)
+    assert len(out.getvalue()) < 1000
+    monkeypatch.setenv("CALC_READER_GIB", "1.5")
+    with pytest.raises(ValueError, match="passed the reader's memory budget of 1.5 GiB and was stopped"):
+        profile_upload(out.getvalue(), "huge.keras")
+
+
 def test_zip_without_config_is_not_a_model():
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:

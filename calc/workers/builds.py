@@ -18,6 +18,7 @@ from calc.catalogue import ModelSpec
 from calc.profile_json import profile_from_dict
 from calc.requests import spec_to_dict
 from calc.types import ModelProfile
+from calc.workers.budgets import budget_bytes, gib
 from calc.workers.protocol import Child, child_command, child_env, resident_bytes
 
 
@@ -29,15 +30,20 @@ class BuildWorker:
     """One child process that turns ``ModelSpec``s into ``ModelProfile``s.
 
     Args:
-        max_rss_bytes: after a build that leaves the child above this, it is replaced.
+        max_rss_bytes: the budget (``calc.workers.budgets``, "build"): a build is stopped past
+            twice this, and the child is replaced after a build that leaves it above this.
         idle_s: the child exits after this long without a request.
         timeout_s: one build longer than this is stopped (and the child with it).
     """
 
     command = tuple(child_command("build"))
 
-    def __init__(self, *, max_rss_bytes: int = 3 * 2**30, idle_s: float = 600.0, timeout_s: float = 300.0) -> None:
-        self.max_rss_bytes = max_rss_bytes
+    def __init__(self, *, max_rss_bytes: int | None = None, idle_s: float = 600.0, timeout_s: float = 300.0) -> None:
+        self.max_rss_bytes = budget_bytes("build") if max_rss_bytes is None else max_rss_bytes
+        # During a build the watchdog allows twice the budget: a catalogue build is checked
+        # before it starts (calc.catalogue.MAX_PARAMS), and the child is replaced after one
+        # that leaves it above the budget.
+        self.stop_rss_bytes = 2 * self.max_rss_bytes
         self.idle_s = idle_s
         self.timeout_s = timeout_s
         self._child: Child | None = None
@@ -56,11 +62,12 @@ class BuildWorker:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             child = self._ensure_started()
-            reply = child.ask(spec_to_dict(spec), timeout_s=self.timeout_s)
+            reply = child.ask(spec_to_dict(spec), timeout_s=self.timeout_s, max_rss_bytes=self.stop_rss_bytes)
             if reply.failure:
                 self._stop()
-                reason = f"it took more than {self.timeout_s:.0f} s and was stopped" if reply.failure == "time" \
-                    else "the builder process ended (out of memory?)"
+                reasons = {"time": f"it took more than {self.timeout_s:.0f} s and was stopped",
+                           "memory": f"it passed the builder's memory budget of {gib(self.stop_rss_bytes)}"}
+                reason = reasons.get(reply.failure, "the builder process ended (out of memory?)")
                 raise BuildError(f"Building {spec.name} at {spec.height}x{spec.width} failed: {reason}")
             self.builds += 1
             if resident_bytes(child.proc.pid) > self.max_rss_bytes:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from calc.catalogue import ModelFile, ModelSpec
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import Device, TrainingConfig
+from calc.workers.budgets import gib
 from calc.workers.protocol import child_env, run_once
 
 
@@ -50,7 +51,7 @@ class Measurement:
 
 
 def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False,
-                 trace: bool | str = False) -> dict:
+                 trace: bool | str = False, max_rss_bytes: int | None = None) -> dict:
     """Runs the protocol once in a fresh Python process and returns its JSON result.
 
     ``xla``: compile the step with XLA (``jit_compile=True``); by default it runs on
@@ -61,16 +62,19 @@ def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout
     """
     request = {"spec": spec_to_dict(spec), "config": config_to_dict(config), "xla": bool(xla),
                "trace": trace if trace == "history" else bool(trace)}
-    outcome = run_once("measure", request, env=child_env(), timeout_s=timeout_s)
+    outcome = run_once("measure", request, env=child_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes)
     if outcome.reply.failure == "time":
         raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped")
+    if outcome.reply.failure == "memory" and max_rss_bytes is not None:
+        raise MeasurementError(f"measurement of {spec.key} passed its memory budget of {gib(max_rss_bytes)} "
+                               "and was stopped")
     if not outcome.reply.failure:
         return outcome.reply.answer
     raise MeasurementError(f"measurement of {spec.key} failed: {outcome.exit_reason}: {' | '.join(outcome.tail)}")
 
 
 def measure_training_step(spec: ModelSpec | ModelFile, config: TrainingConfig, *, repeats: int = 3,
-                          timeout_s: float = 600.0, xla: bool = False) -> Measurement:
+                          timeout_s: float = 600.0, xla: bool = False, max_rss_bytes: int | None = None) -> Measurement:
     """Measures the allocator peak of one training step ``repeats`` times.
 
     Args:
@@ -79,13 +83,15 @@ def measure_training_step(spec: ModelSpec | ModelFile, config: TrainingConfig, *
         repeats: fresh processes; the median is the measurement.
         timeout_s: per run.
         xla: compile the step with XLA (``jit_compile=True``, Keras 3's default on a GPU).
+        max_rss_bytes: each run's memory budget (``calc.workers.budgets``); None: none.
 
     Returns:
         A ``Measurement`` with every run's peak.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be a positive integer. Received: repeats={repeats}")
-    runs = [measure_once(spec, config, timeout_s=timeout_s, xla=xla) for _ in range(repeats)]
+    runs = [measure_once(spec, config, timeout_s=timeout_s, xla=xla, max_rss_bytes=max_rss_bytes)
+            for _ in range(repeats)]
     first = runs[0]
     return Measurement(
         peaks_bytes=tuple(r["peak_bytes"] for r in runs),

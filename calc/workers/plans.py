@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from calc.workers.budgets import budget_bytes
 from calc.workers.protocol import child_env, run_once
 from calc.xla.plan import TIMEOUT_S, PlanError
 
-MAX_RSS_BYTES = 8 * 2**30  # one compile peaked at 0.9-2.4 GiB resident on catalogue models
 
 
 def plan_env() -> dict[str, str]:
@@ -30,7 +30,7 @@ def plan_env() -> dict[str, str]:
     return env
 
 
-def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_rss_bytes: int = MAX_RSS_BYTES,
+def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_rss_bytes: int | None = None,
                  poll_s: float = 0.25) -> dict[str, Any]:
     """XLA's memory analysis of the request's step (``calc.xla.cache.plan_request``), compiled
     in a fresh child; stops it past ``timeout_s`` or ``max_rss_bytes`` resident.
@@ -38,6 +38,8 @@ def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_r
     Raises:
         PlanError: with one line saying why (the limits, XLA refused, the child ended).
     """
+    # One compile peaked at 0.9-2.4 GiB resident on catalogue models.
+    max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
     outcome = run_once("plan-xla", request, env=plan_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes,
                        poll_s=poll_s, tail_lines=2)
     reply = outcome.reply
