@@ -47,7 +47,7 @@ def replay(pool, events, batch: int, below: int = UNTRACKED_BELOW) -> dict:
 @lru_cache(maxsize=64)
 def allocator_events(profile: ModelProfile, config: TrainingConfig) -> tuple[Event, ...]:
     """The walk's allocation events, recorded once per configuration (the batch set aside)."""
-    return tuple(simulate(profile, config, record=True).events)
+    return tuple(simulate(profile, config, record=True, moments=False).events)
 
 
 @lru_cache(maxsize=16384)

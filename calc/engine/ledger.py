@@ -82,8 +82,9 @@ class Ledger:
     newest.
     """
 
-    def __init__(self, record: bool = False, below: int = UNTRACKED_BELOW) -> None:
+    def __init__(self, record: bool = False, below: int = UNTRACKED_BELOW, keep_moments: bool = True) -> None:
         self.below = below
+        self.keep_moments = keep_moments  # False: the events alone (the allocator simulation reads no moment)
         self.fixed = [0] * len(Component)
         self.live: list[dict[int, int]] = [{} for _ in Component]
         self._sorted: list[tuple[tuple[int, int], ...] | None] = [None] * len(Component)  # live, as a moment keeps it
@@ -194,6 +195,17 @@ class Ledger:
 
     def snapshot(self, phase: Phase, extra_fixed: int = 0, extra_per_sample: tuple[int, ...] = ()) -> None:
         """Keeps the moment ``phase``, with temporaries alive only then (transient)."""
+        if self.keep_moments:
+            self._keep_moment(phase, extra_fixed, extra_per_sample)
+        if self.events is not None:
+            self._sync_fixed()
+            temporaries = [Alloc(self._new_id(), 0, extra_fixed)] if extra_fixed > 0 else []
+            temporaries += [Alloc(self._new_id(), size, 0) for size in extra_per_sample if size > 0]
+            self.events.extend(temporaries)
+            self.events.extend(Free(t.id) for t in temporaries)
+            self.events.append(Mark(phase))
+
+    def _keep_moment(self, phase: Phase, extra_fixed: int, extra_per_sample: tuple[int, ...]) -> None:
         fixed = list(self.fixed)
         fixed[TRANS] += extra_fixed
         per_sample = [self._sorted_live(c) for c in range(len(self.live))]
@@ -204,10 +216,3 @@ class Ledger:
                     hist[size] = hist.get(size, 0) + 1
             per_sample[TRANS] = tuple(sorted(hist.items()))
         self.moments.append(Moment(phase, tuple(fixed), tuple(per_sample), self.below))
-        if self.events is not None:
-            self._sync_fixed()
-            temporaries = [Alloc(self._new_id(), 0, extra_fixed)] if extra_fixed > 0 else []
-            temporaries += [Alloc(self._new_id(), size, 0) for size in extra_per_sample if size > 0]
-            self.events.extend(temporaries)
-            self.events.extend(Free(t.id) for t in temporaries)
-            self.events.append(Mark(phase))

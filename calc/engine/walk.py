@@ -109,7 +109,8 @@ def _kernel_casts(profile: ModelProfile, config: TrainingConfig, inference: list
     ]
 
 
-def start_walk(profile: ModelProfile, config: TrainingConfig, record: bool = False) -> WalkState:
+def start_walk(profile: ModelProfile, config: TrainingConfig, record: bool = False,
+               moments: bool = True) -> WalkState:
     """Everything the phases read, and the ledger with what is allocated before the step."""
     below = untracked_below(config.device)
     count = partial(raw_bytes if record else counted_bytes, below=below)
@@ -139,7 +140,7 @@ def start_walk(profile: ModelProfile, config: TrainingConfig, record: bool = Fal
     state = WalkState(
         profile, config, count, flow, graph, keeps, order, pos, last_forward_use, half_forward, half_backward,
         early_bytes, _kernel_casts(profile, config, flow.inference, flow.backward, count), sparse_values,
-        Ledger(record, below), list(keeps.keepers), [False] * n_tensors, [False] * n_tensors, [False] * n_tensors)
+        Ledger(record, below, moments), list(keeps.keepers), [False] * n_tensors, [False] * n_tensors, [False] * n_tensors)
     _resident(state)
     return state
 
@@ -154,10 +155,10 @@ def _kept_per_sample(state: WalkState) -> tuple[int, ...]:
     return tuple(kept)
 
 
-def simulate(profile: ModelProfile, config: TrainingConfig, record: bool = False) -> Walk:
+def simulate(profile: ModelProfile, config: TrainingConfig, record: bool = False, moments: bool = True) -> Walk:
     """Walks one training step (``record``: counting raw requests and recording the allocation
-    events, for the allocator simulation)."""
-    state = start_walk(profile, config, record)
+    events, for the allocator simulation; ``moments=False``: without keeping the moments)."""
+    state = start_walk(profile, config, record, moments)
     run_forward(state)
     run_loss(state)
     run_backward(state)
