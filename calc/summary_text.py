@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from calc.types import LayerStats, ModelProfile
 
 MAX_SUMMARY_CHARS = 1_000_000
-MAX_LAYERS = 5000
+MAX_LAYERS = 2000  # twice the largest Keras application (NASNetLarge: 1,040 layer calls)
+MAX_ELEMENTS = 2**36  # one layer's output per sample: 256 GiB of float32
+MAX_ROW_PARAMS = 10**12
 
 _ROW = re.compile(
     r"^[\s│|]*(?P<name>[\w.:/\-]+)\s+\((?P<type>[A-Za-z_]\w*)\)\s*[│|]?\s*"
@@ -38,10 +40,23 @@ def _dims(shape_text: str) -> tuple[int, ...]:
     parts = [p.strip() for p in first.group(1).split(",") if p.strip()]
     if not parts or parts[0] != "None":
         raise ValueError(f"expected a batch dimension of None first, received {shape_text!r}")
+    if not all(p == "None" or (p.isascii() and p.isdigit() and len(p) <= 10) for p in parts[1:]):
+        raise ValueError(f"expected whole dimensions below 2**31, received {shape_text[:60]!r}")
     dims = tuple(int(p) for p in parts[1:] if p != "None")
     if len(dims) != len(parts) - 1:
-        raise ValueError(f"every dimension but the batch must be known, received {shape_text!r}")
+        raise ValueError(f"every dimension but the batch must be known, received {shape_text[:60]!r}")
+    if any(d >= 2**31 for d in dims) or math.prod(dims) > MAX_ELEMENTS:
+        raise ValueError(f"a layer output of more than {MAX_ELEMENTS:,} elements per sample, received "
+                         f"{shape_text[:60]!r}")
     return dims
+
+
+def _params(text: str) -> int:
+    """A row's "Param #": a whole number below ``MAX_ROW_PARAMS``."""
+    digits = text.replace(",", "").strip() or "0"
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 13 or int(digits) > MAX_ROW_PARAMS:
+        raise ValueError(f"expected a layer's parameters below {MAX_ROW_PARAMS:,}, received {text.strip()[:30]!r}")
+    return int(digits)
 
 
 @dataclass(frozen=True)
@@ -123,7 +138,7 @@ def read_summary(text: str, name: str = "pasted summary", activation: str = "rel
     total = _TOTAL.search(text)
     if total and int(total.group(1).replace(",", "")) != reading.profile.total_params:
         raise ValueError("The rows' parameters do not add up to 'Total params': is part of the table missing "
-                         "(seed 000 elides the middle of VGG16's)?")
+                         "(the Japanese blog post on GPU memory elides the middle of VGG16's)?")
     return reading
 
 
@@ -135,7 +150,7 @@ def _line_rows(text: str, connected: bool) -> list[_Row]:
         m = _ROW.match(line)
         if m:
             rows.append(_Row(m.group("name"), False, m.group("type"), _dims(m.group("shape")),
-                             int(m.group("params").replace(",", "")), []))
+                             _params(m.group("params")), []))
             if len(rows) > MAX_LAYERS:
                 break
             line = line[m.end():]
@@ -191,7 +206,7 @@ def _box_row(cells: list[list[str]]) -> _Row:
         head = entry.split("[", 1)[0]
         sources.append((head, cut and "[" not in entry))
     return _Row(m.group("name"), bool(m.group("cut")), layer_type, _dims(" ".join(cells[1])),
-                int(" ".join(cells[2]).replace(",", "") or 0), sources)
+                _params(" ".join(cells[2])), sources)
 
 
 def _full_type(shown: str, input_rank: int) -> str:

@@ -59,7 +59,9 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
                     f"refused as a possible zip bomb (limits {MAX_UNCOMPRESSED_BYTES // 2**30} GiB and {MAX_RATIO}x).")
             if "config.json" not in archive.namelist():
                 raise ValueError("This zip archive has no config.json: it is not a Keras model.")
-            custom = custom_classes(_read_config(archive))
+            config = _read_config(archive)
+            custom = custom_classes(config)
+            check_layer_count(config)
         if custom:
             raise ValueError(
                 f"The model uses classes defined in its author's Python code ({', '.join(custom[:5])}). Safe mode "
@@ -108,6 +110,33 @@ def _read_config(archive: zipfile.ZipFile) -> object:
         return json.loads(raw)
     except (ValueError, RecursionError):
         raise ValueError("config.json in this archive is not valid JSON (or nested too deeply).") from None
+
+
+MAX_LAYERS = 2000  # NASNetLarge, the largest Keras application, has 1,040 layers
+
+
+def layer_count(config: object) -> int:
+    """The entries of every ``"layers"`` list in a model's config (a nested model counts
+    itself and its layers), read before Keras builds anything: ``config.json`` of a
+    ``.keras`` file, or an ``.h5`` file's ``model_config``."""
+    count, stack = 0, [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            layers = node.get("layers")
+            if isinstance(layers, list):
+                count += len(layers)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
+def check_layer_count(config: object) -> None:
+    """Raises ``ValueError`` for a model of more than ``MAX_LAYERS`` layers."""
+    if (layers := layer_count(config)) > MAX_LAYERS:
+        raise ValueError(f"The model has {layers:,} layers; the limit is {MAX_LAYERS:,} (twice the largest "
+                         "Keras application), so that reading it cannot hold the server for minutes.")
 
 
 def custom_classes(config: object) -> list[str]:

@@ -47,6 +47,10 @@ def test_seed_000_elided_table_is_refused_with_the_reason():
     ("in (InputLayer) (None, None, 3) 0\nconv (Conv2D) (None, 8, 8, 4) 40", "must be known"),
     ("Layer (type)  Output Shape  Param #  Connected to", "No layer rows"),
     ("Connected to\n in (InputLayer)  (None, 4)  0  []\n d (Dense)  (None, 2)  10  ['nope[0][0]']", "'nope'"),
+    # Numbers past what the engine's integers hold: a message, not an OverflowError.
+    ("in (InputLayer) (None, 4) 0\nd (Dense) (None, 12345678901234567890) 10", r"below 2\*\*31"),
+    ("in (InputLayer) (None, 65536, 65536) 0\nd (Dense) (None, 65536, 65536, 64) 10", "elements per sample"),
+    ("in (InputLayer) (None, 4) 0\nd (Dense) (None, 2) 12345678901234567890", "parameters below"),
 ])
 def test_bad_text(text, needle):
     with pytest.raises(ValueError, match=needle):

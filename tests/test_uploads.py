@@ -98,6 +98,37 @@ def test_a_tiny_file_of_a_huge_model_is_stopped_at_the_readers_memory_budget(tmp
         profile_upload(out.getvalue(), "huge.keras")
 
 
+def _config_of_layers(n: int) -> dict:
+    return {"class_name": "Sequential", "config": {"name": "deep", "layers": [
+        {"module": "keras.layers", "class_name": "Dense", "config": {"name": f"d{i}", "units": 1}} for i in range(n)]}}
+
+
+def test_a_model_of_more_layers_than_the_limit_is_refused_before_keras_reads_it():
+    # Three 15,000-layer uploads once held three readers for their full 180 s.
+    from calc.uploads import MAX_LAYERS
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", json.dumps(_config_of_layers(15_000)))
+    with pytest.raises(ValueError, match=f"has 15,000 layers; the limit is {MAX_LAYERS:,}"):
+        check_upload(out.getvalue(), "deep.keras")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", json.dumps(_config_of_layers(MAX_LAYERS)))
+    assert check_upload(out.getvalue(), "deep.keras") == ".keras"
+
+
+@pytest.mark.keras
+def test_an_h5_file_of_more_layers_than_the_limit_is_refused_by_the_reader(tmp_path):
+    import h5py
+
+    path = tmp_path / "deep.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["model_config"] = json.dumps(_config_of_layers(15_000))
+    with pytest.raises(ValueError, match="has 15,000 layers"):
+        profile_upload(path.read_bytes(), "deep.h5")
+
+
 def test_zip_without_config_is_not_a_model():
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:

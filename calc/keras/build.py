@@ -8,6 +8,7 @@ any code of its own. Both are dropped after profiling, in a fresh Keras scope.
 from __future__ import annotations
 
 import gc
+import json
 import os
 from typing import Any
 
@@ -47,13 +48,33 @@ def build_model(spec: ModelSpec | ModelFile, precision: str = "float32",
 
 
 def _load_saved(path: str) -> Any:
-    """A saved model, loaded with Keras safe mode on and without its compile state."""
+    """A saved model, loaded with Keras safe mode on and without its compile state.
+
+    An ``.h5`` file's layers are counted from its ``model_config`` before Keras builds it
+    (a ``.keras`` file's were, from its ``config.json``, by ``calc.uploads.check_upload``).
+    """
+    if path.lower().endswith(".h5"):
+        _check_h5_layers(path)
     try:
         import keras
 
         return keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as exc:  # Keras raises many types for bad files; all mean "cannot read"
         raise ValueError(f"Keras could not load this file safely: {type(exc).__name__}: {exc}"[:500]) from None
+
+
+def _check_h5_layers(path: str) -> None:
+    import h5py
+
+    from calc.uploads import check_layer_count
+
+    try:
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("model_config")
+        config = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"The HDF5 file's model_config cannot be read: {type(exc).__name__}") from None
+    check_layer_count(config)
 
 
 def _first_nested(model: Any) -> Any:
