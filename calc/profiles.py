@@ -15,6 +15,7 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 
 from calc.catalogue import ModelFile, ModelSpec
+from calc.disk_cache import read_entry, write_entry
 from calc.profile_json import PROFILE_FORMAT, profile_from_dict, profile_to_dict
 from calc.types import ModelProfile
 
@@ -45,6 +46,7 @@ _memory: OrderedDict[str, ModelProfile] = OrderedDict()  # recently used profile
 _memory_guard = threading.Lock()
 _key_locks: dict[str, threading.Lock] = {}
 MEMORY_ENTRIES = 64
+DISK_ENTRIES = 1000  # ledgers on disk, least recently used dropped (MobileNetV2: 51 KiB, NASNetLarge: 358 KiB)
 BUILDS: Counter[str] = Counter()  # spec key -> Keras builds done by this process (tests check single flight with it)
 
 
@@ -127,13 +129,8 @@ def _file_profile(spec: ModelFile) -> ModelProfile:
 
 
 def _write_cached(path: Path, profile: ModelProfile) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(profile_to_dict(profile)))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home still works, just without the disk cache
+    """A read-only home still works, just without the disk cache."""
+    write_entry(path, json.dumps(profile_to_dict(profile)), DISK_ENTRIES)
 
 
 def _read_or_build(spec: ModelSpec) -> ModelProfile:
@@ -167,9 +164,8 @@ def build_profile(spec: ModelSpec) -> ModelProfile:
 
 
 def _read_cached(path: Path) -> ModelProfile | None:
-    if not path.exists():
-        return None
+    text = read_entry(path)
     try:
-        return profile_from_dict(json.loads(path.read_text()))
-    except (ValueError, OSError):
+        return profile_from_dict(json.loads(text)) if text is not None else None
+    except ValueError:
         return None  # a stale or damaged cache entry is rebuilt

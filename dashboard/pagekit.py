@@ -9,6 +9,7 @@ from calc.types import ModelProfile
 from dashboard import views
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
+from dashboard.turns import READS
 from dashboard.state import Inputs
 from dashboard.widgets import sidebar_inputs
 
@@ -48,9 +49,13 @@ def _uploaded_profile() -> ModelProfile:
     cached = st.session_state.get("_upload_profile")
     if cached is not None and cached[0] == upload.file_id:
         return cached[1]
+    waiting = st.empty()
     try:
-        with st.spinner(f"Reading {plain(upload.name)} (Keras safe mode)…"):
-            profile = profile_upload(upload.getvalue(), upload.name)
+        with READS.turn(lambda ahead: waiting.info(f"{ahead} other upload{'s' if ahead > 1 else ''} on this server "
+                                                   "will be read first; yours is next after them.")):
+            waiting.empty()
+            with st.spinner(f"Reading {plain(upload.name)} (Keras safe mode)…"):
+                profile = profile_upload(upload.getvalue(), upload.name)
     except ValueError as exc:
         st.error(f"{plain(upload.name)}: {plain(exc)}")
         st.stop()

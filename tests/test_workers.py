@@ -85,3 +85,61 @@ def test_the_request_reaches_the_child_as_one_json_line():
     request = {"target_config": "gpu_device_info {\n  core_count: 132\n}\n"}
     assert child.ask(request, timeout_s=20).answer == {"lines": 1, "got": request}
     child.close()
+
+
+def test_the_disk_cache_keeps_the_most_recently_used_entries(tmp_path):
+    import os
+
+    from calc.disk_cache import read_entry, write_entry
+
+    for i in range(5):
+        write_entry(tmp_path / f"e{i}.json", str(i), keep=3)
+        os.utime(tmp_path / f"e{i}.json", (1000 + i, 1000 + i))  # distinct ages on any file system
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["e2.json", "e3.json", "e4.json"]
+    assert read_entry(tmp_path / "e2.json") == "2"  # used now: the newest
+    write_entry(tmp_path / "e5.json", "5", keep=3)
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["e2.json", "e4.json", "e5.json"]
+    assert read_entry(tmp_path / "missing.json") is None and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_turns_are_first_come_first_served_and_a_leaver_lets_the_others_move_up():
+    import threading
+    import time
+
+    from dashboard.turns import TurnQueue
+
+    q = TurnQueue(poll_s=0.01)
+    order, places = [], {}
+    first_in = threading.Event()
+    release_first = threading.Event()
+
+    def visitor(name, hold=None, leave=False):
+        def told(ahead):
+            places.setdefault(name, []).append(ahead)
+            if leave:
+                raise RuntimeError("the visitor left")  # as Streamlit stops a script
+        try:
+            with q.turn(told):
+                order.append(name)
+                if hold is not None:
+                    first_in.set()
+                    hold.wait(5)
+        except RuntimeError:
+            pass
+
+    threads = [threading.Thread(target=visitor, args=("a", release_first))]
+    threads[0].start()
+    assert first_in.wait(5)
+    for name, leave, queued in (("b", True, 1), ("c", False, 2), ("d", False, 3)):
+        threads.append(threading.Thread(target=visitor, args=(name, None, leave)))
+        threads[-1].start()
+        deadline = time.monotonic() + 5  # b, c and d queue in this order behind a (b leaves at once)
+        while (q.waiting() != queued or name not in places) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    release_first.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["a", "c", "d"]  # b left while waiting: it never ran and held no one up
+    # b left before c came; each place only falls.
+    assert places["b"] == [1] and places["c"] == [1] and places["d"][0] == 2 and places["d"] == sorted(places["d"])[::-1]
+    assert q.waiting() == 0

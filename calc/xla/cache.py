@@ -12,12 +12,12 @@ import functools
 import gzip
 import hashlib
 import json
-import os
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from calc.disk_cache import read_entry, write_entry
 from calc.catalogue import ModelFile, ModelSpec
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import TrainingConfig
@@ -113,25 +113,13 @@ def read_cached(key: str) -> dict[str, Any] | None:
     """The child's answer for ``key``: shipped, else from the disk cache; None if unknown."""
     if key in shipped_plans():
         return shipped_plans()[key]
-    path = cache_dir() / f"{key}.json"
+    text = read_entry(cache_dir() / f"{key}.json")
     try:
-        raw = json.loads(path.read_text())
-        os.utime(path)  # least recently used goes first when the cache is full
-        return raw
-    except (OSError, ValueError):
+        return json.loads(text) if text is not None else None
+    except ValueError:
         return None
 
 
 def write_cached(key: str, raw: dict[str, Any]) -> None:
     """Keeps the child's answer for ``key`` on disk (atomically), dropping the oldest past ``CACHE_ENTRIES``."""
-    folder = cache_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(raw))
-        os.replace(tmp, folder / f"{key}.json")
-        entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
-        for old in entries[: max(0, len(entries) - CACHE_ENTRIES)]:
-            old.unlink(missing_ok=True)
-    except OSError:
-        pass  # a read-only or full disk costs a recompile next time, nothing else
+    write_entry(cache_dir() / f"{key}.json", json.dumps(raw), CACHE_ENTRIES)

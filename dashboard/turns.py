@@ -1,0 +1,54 @@
+"""One costly request at a time server-wide, first come first served, each visitor told
+their place: reading an uploaded model (a child process of up to 4 GiB and 180 s).
+
+A session whose script is stopped while it waits (its visitor left, or changed a widget)
+leaves the queue, so the sessions behind it move up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class TurnQueue:
+    """First come, first served, one at a time."""
+
+    def __init__(self, poll_s: float = 0.5) -> None:
+        self.poll_s = poll_s
+        self._cond = threading.Condition()
+        self._queue: list[object] = []
+
+    @contextmanager
+    def turn(self, on_wait: Callable[[int], None] = lambda ahead: None) -> Iterator[None]:
+        """Waits for this caller's turn, calling ``on_wait(requests ahead)`` when that number changes."""
+        token = object()
+        with self._cond:
+            self._queue.append(token)
+        try:
+            told = -1
+            while True:
+                with self._cond:
+                    ahead = self._queue.index(token)
+                    if ahead and ahead == told:
+                        self._cond.wait(self.poll_s)
+                        ahead = self._queue.index(token)
+                if not ahead:
+                    break
+                if ahead != told:
+                    on_wait(ahead)  # outside the lock: a page update may stop this script
+                    told = ahead
+            yield
+        finally:
+            with self._cond:
+                self._queue.remove(token)
+                self._cond.notify_all()
+
+    def waiting(self) -> int:
+        """Requests in the queue, the one being served included."""
+        with self._cond:
+            return len(self._queue)
+
+
+READS = TurnQueue()  # uploaded files, read one at a time
