@@ -16,7 +16,7 @@ from tests.tools import displayed
 
 pytestmark = pytest.mark.server
 APP = "../app.py"
-SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16", "optimizer": "adam", "gpu": "t4"}
+SMALL = {"model": "MobileNetV2", "image_size": "224", "batch_size": "16", "optimizer": "adam", "gpu": "t4"}
 
 
 def dashboard_config(**fields) -> TrainingConfig:
@@ -77,7 +77,7 @@ def chart(at, key):
 
 
 def engine_max_batch(batch=16, margin=0.05):
-    profile = get_profile(make_spec("MobileNetV2", 96))
+    profile = get_profile(make_spec("MobileNetV2", 224))
     gpu = GPU_PRESETS["t4"]
     config = dashboard_config(batch_size=batch, optimizer="adam")
     return profile, config, gpu, max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
@@ -324,7 +324,7 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
     table = at.dataframe[0].value
     config = dashboard_config(batch_size=16, optimizer="adam")
     for _, row in table.iterrows():
-        profile = get_profile(make_spec(row["model"], 96))
+        profile = get_profile(make_spec(row["model"], 224))
         peak = estimate_memory(profile, config).peak_bytes
         assert row["peak at batch 16 (GiB)"] == round(peak / 1024**3, 3)
         for key in ("t4", "a100-80"):
@@ -341,7 +341,7 @@ def test_formula_terms_add_up_to_the_peak(optimizer):
     substituted = next(l.value for l in at.latex if "M_{peak} = " in l.value and "GiB" in l.value)
     numbers = [float(x) for x in re.findall(r"(\d+\.\d+)\s*\\,\\mathrm\{GiB\}", substituted)]
     *terms, total = numbers
-    profile = get_profile(make_spec("MobileNetV2", 96))
+    profile = get_profile(make_spec("MobileNetV2", 224))
     b = estimate_memory(profile, dashboard_config(batch_size=16, optimizer=optimizer))
     assert len(terms) == len(b.components())  # every component is on the page
     assert abs(sum(terms) - total) <= 0.0005 * len(terms)  # rounding of the shown terms only
@@ -354,7 +354,8 @@ def test_formula_names_the_float16_kernel_buffers_of_the_peak_layer():
 
     from calc.estimate import float16_kernel_bytes
 
-    step = {**SMALL, "batch_size": "2", "optimizer": "adadelta", "precision": "mixed_float16"}
+    # A small step (96 px, batch 2), where a float16 kernel's buffer is a large part of the peak.
+    step = {**SMALL, "image_size": "96", "batch_size": "2", "optimizer": "adadelta", "precision": "mixed_float16"}
     at = app({**step, "device": "cpu"}, page="pages/formula.py")
     profile = get_profile(make_spec("MobileNetV2", 96))
     config = TrainingConfig(batch_size=2, optimizer="adadelta", precision="mixed_float16", device="cpu")
@@ -370,7 +371,7 @@ def test_formula_names_the_float16_kernel_buffers_of_the_peak_layer():
     # A GPU (the dashboard's default) runs the step on cuDNN, which has no such buffer.
     gpu = app(step, page="pages/formula.py")
     assert not any("float16 CPU kernels" in m.value for m in gpu.markdown)
-    plain = app({**SMALL, "batch_size": "2", "optimizer": "adadelta"}, page="pages/formula.py")
+    plain = app({**step, "precision": "float32"}, page="pages/formula.py")
     assert "float16 CPU kernels" not in next(m.value for m in plain.markdown if "T, backward transients" in m.value)
 
 
@@ -378,7 +379,7 @@ def test_formula_shows_the_accumulators_and_their_reset_constants():
     from calc.estimate import accumulator_reset_parameters
 
     at = app({**SMALL, "optimizer": "adam", "grad_accum": "4"}, page="pages/formula.py")
-    profile = get_profile(make_spec("MobileNetV2", 96))
+    profile = get_profile(make_spec("MobileNetV2", 224))
     config = dashboard_config(batch_size=16, optimizer="adam", gradient_accumulation_steps=4)
     resets = accumulator_reset_parameters(profile, config)
     assert 0 < resets <= profile.trainable_params
@@ -396,7 +397,7 @@ def test_optimizer_options_reach_the_engine_and_the_link():
     at.checkbox(key="momentum").check().run()
     at.checkbox(key="ema").check().run()
     at.number_input(key="grad_accum").set_value(4).run()
-    profile = get_profile(make_spec("MobileNetV2", 96))
+    profile = get_profile(make_spec("MobileNetV2", 224))
     gpu = GPU_PRESETS["t4"]
     config = dashboard_config(batch_size=16, optimizer="sgd", gradient_accumulation_steps=4,
                             optimizer_options=OptimizerOptions(momentum=True, use_ema=True))
@@ -664,7 +665,7 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeyp
     try:
         at = app()
         assert not returned  # the page ran to its end while the compile went on
-        progress = [i.value for i in at.info if "MobileNetV2 96x96, batch 16 for Tesla T4" in i.value]
+        progress = [i.value for i in at.info if "MobileNetV2 224x224, batch 16 for Tesla T4" in i.value]
         assert progress and (progress[0].startswith("Compiling") or progress[0].startswith("Queued"))
         assert metric(at, "Predicted peak (graph executor)")  # the walk meanwhile
     finally:
@@ -675,7 +676,7 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeyp
     assert not at.exception
     expected = xla.plan_from_analysis(plan_analysis(16), "t4").peak_bytes
     assert metric(at, "Planned peak (XLA)") == fmt(expected, Inputs())
-    assert not any("MobileNetV2 96x96" in i.value for i in at.info)
+    assert not any("MobileNetV2 224x224" in i.value for i in at.info)
 
 
 def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeypatch):

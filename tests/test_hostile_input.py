@@ -214,7 +214,7 @@ def app_test():
     st.cache_resource.clear()
 
 
-SMALL = {"model": "MobileNetV2", "image_size": "96", "batch_size": "16"}
+SMALL = {"model": "MobileNetV2", "image_size": "224", "batch_size": "16"}
 
 
 @pytest.mark.server

@@ -285,11 +285,12 @@ def test_resnet50_on_an_h100_is_within_5_percent_of_tensorflows_xla_step(capsys)
 @needs_plan
 @pytest.mark.keras
 def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
-    """The shipped plans are what this environment compiles: none is stale."""
+    """The shipped plans are what this environment compiles: none is stale (the quickest of
+    them to build and compile, 12.5 s when it was shipped)."""
     shipped = cache.shipped_plans()
     assert shipped, "no shipped plans"
-    spec = make_spec("MobileNetV3Small", 192, include_top=False)
-    config = TrainingConfig(batch_size=32, optimizer="adagrad", precision="mixed_bfloat16",
+    spec = make_spec("MobileNet", 224, include_top=False)
+    config = TrainingConfig(batch_size=16, optimizer="adam", precision="mixed_bfloat16",
                             train_mode="frozen_backbone", device="gpu")
     request = cache.plan_request(spec, config, xla.target_for("h100-80"))
     key = cache.cache_key(request, xla.plan_versions())
