@@ -3,6 +3,7 @@
     python benchmarks/load_test.py                 # catalogue tour, then 20 users for 60 s
     python benchmarks/load_test.py --users 2 --duration 8 --no-tour
     python benchmarks/load_test.py --tour-rounds 2 # visit the catalogue twice: does memory keep growing?
+    python benchmarks/load_test.py --no-tour --same-model 0 --hostile  # the load again, beside a hostile visitor
 
 Starts ``streamlit run app.py`` on 127.0.0.1 (a free port, an empty profile cache of its
 own) and drives it as browsers do: each client opens ``/_stcore/stream`` (subprotocol
@@ -17,7 +18,15 @@ the ``ForwardMsg``s back (resolving ``ref_hash`` ones from its cache).
    two new sizes (the second is one build's time), then N sessions ask for a third size
    at the same moment; with single flight they all finish in about one build's time.
 3. Load: N users, started over ~2 s, each changing one input (batch size, optimizer,
-   precision or GPU) every 1-2 s (seeded), waiting for each rerun to end.
+   precision or GPU) every 1-2 s (seeded), waiting for each rerun to end; on the XLA step
+   (the default page) or, with ``--step graph``, on the graph-executor walk, which
+   compiles nothing.
+4. With ``--hostile``, the same load again (new sessions, same seed) while one more
+   visitor, without pause, pastes a 2,000-layer ``model.summary()`` (a new one each time),
+   asks for a catalogue model at a new size (a build) and for XLA's plan at a new batch
+   (a compile). The other users' latencies are reported for both phases, and the ratio of
+   their p95s; the hostile visitor's own messages are reported, not counted as errors.
+   Uploads are not part of it (they go through Streamlit's HTTP upload endpoint).
 
 Measured: ms from sending a change to the run's first message (``new_session``), to the
 curve chart's delta and to ``script_finished`` (p50/p95/max); the server's resident memory
@@ -67,7 +76,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_USERS, MAX_DURATION_S, MAX_TOUR_ROUNDS = 50, 300, 3
 RERUN_TIMEOUT_S, TOUR_MODEL_TIMEOUT_S, TOUR_SIZE = 30.0, 120.0, 96
 FIRST_QUERY = "model=ResNet50&image_size=224&batch_size=32&optimizer=adam&precision=float32&gpu=t4"
-WIDGETS = {"selectbox", "radio", "number_input", "slider"}
+WIDGETS = {"selectbox", "radio", "number_input", "slider", "text_area"}
 VERDICT = "Does not fit:"  # the estimator's red verdict is a result, not an error
 CHANGES = {  # input -> (values, what its widget state holds: a selectbox sends the option's label)
     "batch_size": (range(1, 513), int),
@@ -82,8 +91,8 @@ class Client:
 
     refs_resolved = 0  # messages the server sent as a ref_hash to one a client had cached
 
-    def __init__(self, url: str):
-        self.url, self.query, self.page_hash, self.ws = url, FIRST_QUERY, "", None
+    def __init__(self, url: str, query: str = FIRST_QUERY):
+        self.url, self.query, self.page_hash, self.ws = url, query, "", None
         self.states: dict[str, WidgetState] = {}  # user key -> the state a browser would send
         self.cache: collections.OrderedDict[str, ForwardMsg] = collections.OrderedDict()
 
@@ -104,6 +113,8 @@ class Client:
         state = WidgetState(id=el.id)  # "$$ID-<md5 hex>-<user key>"
         if kind in ("selectbox", "radio"):
             state.string_value = el.raw_value  # the formatted option, not an index
+        elif kind == "text_area":
+            state.string_value = el.value
         elif kind == "number_input" and el.data_type == NumberInput.INT:
             state.int_value = int(el.value)
         elif kind == "number_input":
@@ -242,7 +253,7 @@ async def tour(url: str, rounds: int, pid: int, record) -> dict:
 
 
 async def user(i: int, url: str, args, stop_at: float, record, latencies: dict) -> None:
-    rng, c = random.Random(args.seed * 1000 + i), Client(url)
+    rng, c = random.Random(args.seed * 1000 + i), Client(url, f"{FIRST_QUERY}&step={args.step}")
     await asyncio.sleep(2.0 * i / args.users)
     try:
         await c.connect()
@@ -264,6 +275,53 @@ async def user(i: int, url: str, args, stop_at: float, record, latencies: dict) 
     finally:
         if c.ws is not None:
             await c.ws.close()
+
+
+HOSTILE_LAYERS = 2000  # the most a pasted summary may have
+
+
+def hostile_summary(width: int) -> str:
+    """A Keras 2 style summary of a chain of Dense layers: the largest paste the server reads."""
+    rows = ["Layer (type)                Output Shape              Param #", "=" * 64,
+            f"input_1 (InputLayer)        [(None, {width})]          0"]
+    rows += [f"dense_{i} (Dense)            (None, {width})          {width * width + width}"
+             for i in range(HOSTILE_LAYERS - 1)]
+    return "\n".join(rows + ["=" * 64, f"Total params: {(HOSTILE_LAYERS - 1) * (width * width + width):,}"])
+
+
+async def hostile_visitor(url: str, stop_at: float, seed: int, log: list[str]) -> dict:
+    """Pastes, builds and compiles, one after another, until ``stop_at``; returns counts."""
+    rng, c = random.Random(seed), Client(url)
+    done = {"pastes": 0, "builds": 0, "compile_requests": 0}
+    sizes = iter(range(112, 8192, 8))  # new sizes: each one a build in the build worker
+    try:
+        await c.connect()
+        await c.rerun(TOUR_MODEL_TIMEOUT_S)
+        while time.monotonic() < stop_at:
+            c.set("source", "pasted model.summary()")
+            await c.rerun(TOUR_MODEL_TIMEOUT_S)
+            if "summary_text" in c.states:
+                c.set("summary_text", hostile_summary(rng.randrange(8, 4096)))
+                r = await c.rerun(TOUR_MODEL_TIMEOUT_S)
+                log.extend(r["errors"])
+                done["pastes"] += 1
+            c.set("source", "Keras applications")
+            await c.rerun(TOUR_MODEL_TIMEOUT_S)
+            c.set("model", rng.choice(["ResNet50", "MobileNetV2", "EfficientNetB0", "DenseNet121"]))
+            c.set("image_size", next(sizes))
+            log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
+            done["builds"] += 1
+            if "step" in c.states:
+                c.set("step", "XLA (Keras's default on a GPU, jit_compile=True)")
+            c.set("batch_size", rng.randrange(1, 512))
+            log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
+            done["compile_requests"] += 1
+    except (OSError, TimeoutError, websockets.ConnectionClosed) as exc:
+        log.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        if c.ws is not None:
+            await c.ws.close()
+    return done
 
 
 SAME_MODEL = "EfficientNetB3"  # default 300 px: the sizes below are built, never shipped
@@ -316,6 +374,31 @@ async def run(args, port: int, pid: int, result: dict, latencies: dict, record) 
     await asyncio.gather(*(user(i, url, args, stop_at, record, latencies) for i in range(args.users)))
     result["server_cpu_load"] = {"cpu_s": round(cpu_s(pid) - cpu0, 1), "wall_s": round(time.monotonic() - t0, 1)}
     result["rss_mib"]["after_load"] = rss_mib(pid)
+    if args.hostile:
+        await hostile_phase(url, args, pid, result, record, pct(latencies["finished"], 0.95))
+
+
+async def hostile_phase(url: str, args, pid: int, result: dict, record, base: float | None) -> None:
+    """The load again, beside one hostile visitor; the other users' latencies for the ratio."""
+    beside: dict[str, list] = {"start": [], "chart": [], "finished": []}
+    log: list[str] = []
+    peak = {"rss": 0.0}
+    stop_at = time.monotonic() + args.duration
+
+    async def watch_memory() -> None:
+        while time.monotonic() < stop_at:
+            peak["rss"] = max(peak["rss"], rss_mib(pid)["rss"])
+            await asyncio.sleep(0.5)
+
+    users = (user(i, url, args, stop_at, record, beside) for i in range(args.users))
+    done, *_ = await asyncio.gather(hostile_visitor(url, stop_at, args.seed, log), watch_memory(), *users)
+    p95 = pct(beside["finished"], 0.95)
+    result["hostile"] = {
+        "visitor": done, "visitor_messages": len(log), "visitor_message_samples": [m[:300] for m in log[:3]],
+        "changes": len(beside["finished"]),
+        "latency_ms": {k: {"p50": pct(v, 0.5), "p95": pct(v, 0.95), "max": pct(v, 1.0)} for k, v in beside.items()},
+        "peak_rss_mib_with_children": round(peak["rss"], 1), "rss_mib_after": rss_mib(pid),
+        "p95_ratio": round(p95 / base, 2) if base and p95 else None}
 
 
 def start_server(port: int, workdir: str) -> subprocess.Popen:
@@ -361,6 +444,12 @@ def report(args, result: dict, errors: list[str]) -> None:
     for phase, v in result["rss_mib"].items():
         print(f"  memory {phase:<17} server RSS {v['server_rss']:8.1f} MiB (HWM {v['server_hwm']:8.1f}); "
               f"with build worker RSS {v['rss']:8.1f} MiB")
+    if "hostile" in result:
+        h, hl = result["hostile"], result["hostile"]["latency_ms"]["finished"]
+        print(f"  beside a hostile visitor ({h['visitor']}): {h['changes']} changes, change -> script_finished "
+              f"p50 {hl['p50']} ms  p95 {hl['p95']} ms  max {hl['max']} ms; p95 {h['p95_ratio']}x the load alone; "
+              f"server with children peaked at {h['peak_rss_mib_with_children']} MiB; "
+              f"{h['visitor_messages']} messages to the visitor")
     for e in errors[:5]:
         print("  ERROR", e[:800])
 
@@ -374,13 +463,18 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--same-model", type=int, default=8, choices=range(0, MAX_USERS + 1), metavar="N",
                    help="N sessions ask for one uncached model at once (0 skips)")
+    p.add_argument("--step", choices=["xla", "graph"], default="xla",
+                   help="the users' training step: xla (the default page: a batch change may queue an XLA "
+                        "compile) or graph (the walk alone, no compiles)")
+    p.add_argument("--hostile", action="store_true",
+                   help="then the load again beside a visitor who pastes, builds and compiles without pause")
     p.add_argument("--host", default="127.0.0.1", help="loopback only (the server listens on 127.0.0.1)")
     args = p.parse_args()
     if args.host not in ("127.0.0.1", "localhost"):
         p.error("loopback only: --host must be 127.0.0.1 or localhost")
     if not (1 <= args.users <= MAX_USERS and 0 < args.duration <= MAX_DURATION_S):
         p.error(f"--users must be 1..{MAX_USERS} and --duration in (0, {MAX_DURATION_S}]")
-    wall_limit = args.duration + 180 + (args.tour_rounds * len(CATALOGUE) * TOUR_MODEL_TIMEOUT_S if args.tour else 0)
+    wall_limit = args.duration * (2 if args.hostile else 1) + 180 + (args.tour_rounds * len(CATALOGUE) * TOUR_MODEL_TIMEOUT_S if args.tour else 0)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
