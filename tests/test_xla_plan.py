@@ -306,7 +306,10 @@ SMALL_CNN = ModelFile("calc/data/models/plain_cnn.keras")
 
 @needs_plan
 @pytest.mark.keras
-def test_a_real_plan_holds_the_state_and_grows_with_the_batch():
+def test_a_real_plan_holds_the_state_grows_with_the_batch_and_remat_moves_only_the_step():
+    """Three compiles of one small network: batches 2 and 8, and 8 under full RematScope,
+    which changes what the step keeps, not the model's variables (the direction is what the
+    plan answers: docs/notes/gpu-and-xla.md)."""
     from calc.profiles import get_profile
 
     input_shape = get_profile(SMALL_CNN).input_shape
@@ -319,25 +322,16 @@ def test_a_real_plan_holds_the_state_and_grows_with_the_batch():
         assert plan.input_batch_bytes == plan_batch_bytes(plan, input_shape)
     assert small.weights_bytes == large.weights_bytes
     assert large.temporaries_bytes > small.temporaries_bytes and large.peak_bytes > small.peak_bytes
+    remat = xla.compute_plan(SMALL_CNN, TrainingConfig(batch_size=8, optimizer="sgd", device="gpu"), "t4", "full")
+    assert remat.remat == "full" and remat.peak_bytes == sum(remat.components().values())
+    assert (remat.weights_bytes, remat.optimizer_state_bytes, remat.input_batch_bytes) == \
+        (large.weights_bytes, large.optimizer_state_bytes, large.input_batch_bytes)
+    assert remat.temporaries_bytes != large.temporaries_bytes
 
 
 def plan_batch_bytes(plan, input_shape) -> int:
     batch = plan.input_batch_bytes // (4 * (math.prod(input_shape) + 1))
     return batch * 4 * (math.prod(input_shape) + 1)  # float32 images and int32 labels
-
-
-@needs_plan
-@pytest.mark.keras
-def test_full_rematerialisation_reaches_the_compiled_step_and_not_the_state():
-    """RematScope changes what the step keeps, not the model's variables (the direction is
-    what the plan answers: docs/notes/gpu-and-xla.md)."""
-    config = TrainingConfig(batch_size=8, optimizer="sgd", device="gpu")
-    plain = xla.compute_plan(SMALL_CNN, config, "t4")
-    remat = xla.compute_plan(SMALL_CNN, config, "t4", "full")
-    assert remat.remat == "full" and remat.peak_bytes == sum(remat.components().values())
-    assert (remat.weights_bytes, remat.optimizer_state_bytes, remat.input_batch_bytes) == \
-        (plain.weights_bytes, plain.optimizer_state_bytes, plain.input_batch_bytes)
-    assert remat.temporaries_bytes != plain.temporaries_bytes
 
 
 @needs_plan
