@@ -42,16 +42,13 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
     if not data:
         raise ValueError("The file is empty.")
     if ext == ".keras":
-        if (entries := zip_entry_count(data)) is not None and entries > MAX_ENTRIES:
-            raise ValueError(f"The archive holds {entries:,} files; a .keras file holds a few (the limit is {MAX_ENTRIES}).")
+        _check_entries(zip_entry_count(data))  # before ZipFile reads the whole directory
         try:
             archive = zipfile.ZipFile(io.BytesIO(data))
         except (zipfile.BadZipFile, EOFError, OSError, ValueError):
             raise ValueError("This is not a .keras file (a .keras file is a zip archive); is it truncated?") from None
         with archive:
-            if len(archive.infolist()) > MAX_ENTRIES:
-                raise ValueError(f"The archive holds {len(archive.infolist()):,} files; a .keras file holds a few "
-                                 f"(the limit is {MAX_ENTRIES}).")
+            _check_entries(len(archive.infolist()))  # where the end record deferred to a zip64 one
             total = sum(info.file_size for info in archive.infolist())
             if total > MAX_UNCOMPRESSED_BYTES or total > MAX_RATIO * max(len(data), 1):
                 raise ValueError(
@@ -85,6 +82,11 @@ def zip_entry_count(data: bytes) -> int | None:
         return None
     count = int.from_bytes(data[at + 10:at + 12], "little")
     return None if count == 0xFFFF else count
+
+
+def _check_entries(entries: int | None) -> None:
+    if entries is not None and entries > MAX_ENTRIES:
+        raise ValueError(f"The archive holds {entries:,} files; a .keras file holds a few (the limit is {MAX_ENTRIES}).")
 
 
 def _size(n: int) -> str:

@@ -27,23 +27,23 @@ class TurnQueue:
         with self._cond:
             self._queue.append(token)
         try:
-            told = -1
-            while True:
-                with self._cond:
-                    ahead = self._queue.index(token)
-                    if ahead and ahead == told:
-                        self._cond.wait(self.poll_s)
-                        ahead = self._queue.index(token)
-                if not ahead:
-                    break
+            told = 0
+            while ahead := self._ahead(token):
                 if ahead != told:
                     on_wait(ahead)  # outside the lock: a page update may stop this script
                     told = ahead
+                with self._cond:
+                    if self._queue.index(token) == told:  # nobody ahead has left since
+                        self._cond.wait(self.poll_s)
             yield
         finally:
             with self._cond:
                 self._queue.remove(token)
                 self._cond.notify_all()
+
+    def _ahead(self, token: object) -> int:
+        with self._cond:
+            return self._queue.index(token)
 
     def waiting(self) -> int:
         """Requests in the queue, the one being served included."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from calc.workers.budgets import budget_bytes
+from calc.workers.budgets import budget_bytes, gib
 from calc.workers.protocol import child_env, run_once
 from calc.xla.plan import TIMEOUT_S, PlanError
 
@@ -46,7 +46,7 @@ def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_r
     if reply.failure == "time":
         raise PlanError(f"the compile ran past {timeout_s:.0f} s and was stopped")
     if reply.failure == "memory":
-        raise PlanError(f"the compile passed its memory budget of {max_rss_bytes / 2**30:.1f} GiB and was stopped")
+        raise PlanError(f"the compile passed its memory budget of {gib(max_rss_bytes)} and was stopped")
     if reply.refusal is not None:
         raise PlanError(f"XLA could not compile this step: {_one_line(reply.refusal)}")
     if not reply.failure:
