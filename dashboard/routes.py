@@ -14,26 +14,31 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard.i18n import set_language, tr
+
 ROUTED_KEY = "_routed_by_app"
 
 
 def app_pages() -> list:
     return [
-        st.Page("pages/estimator.py", title="Estimator", icon="📊", default=True),
-        st.Page("pages/layers.py", title="Layers", icon="🧱"),
-        st.Page("pages/formula.py", title="Formula", icon="🧑‍🏫"),
-        st.Page("pages/compare.py", title="Compare", icon="⚖️"),
-        st.Page("pages/validation.py", title="Validation", icon="🎯"),
+        st.Page("pages/estimator.py", title=tr("Estimator"), icon=":material/bar_chart:", url_path="estimator",
+                default=True),
+        st.Page("pages/layers.py", title=tr("Layers"), icon=":material/layers:", url_path="layers"),
+        st.Page("pages/formula.py", title=tr("Formula"), icon=":material/school:", url_path="formula"),
+        st.Page("pages/compare.py", title=tr("Compare"), icon=":material/compare_arrows:", url_path="compare"),
+        st.Page("pages/validation.py", title=tr("Validation"), icon=":material/target:", url_path="validation"),
     ]
 
 
 def mark_routed() -> None:
-    """Called by app.py on every run, before the page runs."""
+    """Called by app.py on every run, before the page runs; sets the run's language."""
     st.session_state[ROUTED_KEY] = True
+    set_language(str(st.session_state.get("lang") or st.query_params.get("lang", "en")))
 
 
 def ensure_routed() -> None:
     """Reruns through app.py when this page was started by Streamlit's legacy mode."""
     if not st.session_state.get(ROUTED_KEY):
+        set_language(str(st.query_params.get("lang", "en")))
         st.navigation(app_pages(), position="hidden")
         st.rerun()

@@ -13,6 +13,7 @@ from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
 from calc.types import Device, Optimizer, Precision, TrainMode
 from calc.xla import REMAT_MODES
+from dashboard.i18n import LANGUAGES
 from dashboard.plain import plain
 
 MAX_BATCH = 65536
@@ -42,6 +43,7 @@ class Inputs:
     unit: str = "GiB"
     step: str = "xla"  # "xla": the compiled step (Keras's default on a GPU); "graph": jit_compile=False
     remat: str = "none"  # keras.RematScope mode of the XLA step (calc.xla.REMAT_MODES)
+    lang: str = "en"  # the interface's language (dashboard.i18n.LANGUAGES)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -99,6 +101,7 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         "unit": lambda t: _choice("unit", t, UNITS),
         "step": lambda t: _choice("step", t, STEPS),
         "remat": lambda t: _choice("remat", t, REMATS),
+        "lang": lambda t: _choice("lang", t, list(LANGUAGES)),
     }
     for key, raw in params.items():
         if key not in parsers:

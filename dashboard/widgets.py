@@ -7,6 +7,7 @@ import streamlit as st
 from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
 from calc.facts.optimizers import applicable_options
+from dashboard.i18n import LANGUAGES
 from dashboard.state import (
     DEVICES,
     FIELD_NAMES,
@@ -45,6 +46,7 @@ def sidebar_inputs() -> Inputs:
     for warning in st.session_state["_from_url"]:
         st.warning(warning)
     sb = st.sidebar
+    sb.selectbox("Language", list(LANGUAGES), format_func=LANGUAGES.get, key="lang")
     sb.radio("Model from", SOURCES, horizontal=True, key="source",
              format_func={"catalogue": "Keras applications", "upload": "my .keras / .h5 file",
                           "summary": "pasted model.summary()"}.get)

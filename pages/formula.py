@@ -2,7 +2,7 @@ import pandas as pd
 import streamlit as st
 
 from calc import classic
-from dashboard import views
+from dashboard import lesson, views
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
@@ -14,7 +14,7 @@ st.caption("Every number on this page is the graph-executor walk: the step as `m
            "runs it. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is planned by XLA itself; the "
            "Estimator shows that plan.")
 gpu = gpu_of(inputs)
-n = views.formula_numbers(profile, inputs, gpu, views.measured_for(inputs))
+n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs))
 b = n.breakdown
 f = lambda x: views.fmt(x, inputs, 3)  # noqa: E731
 
@@ -91,7 +91,7 @@ st.latex(r"\text{Stack Exchange answer (cs231n)}:\ N \cdot 2 \cdot 4 \cdot B + P
 st.markdown(f"→ **{n.cs231n_mb:,.2f} MB** (MB = 1024², as the answer divides)")
 st.latex(r"\text{max batch (batch-size Q\&A)} = \frac{\text{GPU bytes}}{4\,(N + P_{trainable})}")
 st.markdown(f"→ **{n.seed_max_batch:,}** on {gpu.name}; this tool says **{n.engine_max_batch:,}**.")
-table = pd.DataFrame(views.rule_comparison(n))
+table = pd.DataFrame(lesson.rule_comparison(n))
 st.dataframe(table, hide_index=True, column_config={table.columns[2]: st.column_config.NumberColumn(format="percent")})
 if n.measured_bytes is None:
     st.caption("No measurement of exactly this configuration in the validation set; the Validation page can measure one.")
