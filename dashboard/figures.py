@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dashboard.i18n import mark, tr
 from dashboard.plain import plain_label
 
 COLORS = {
@@ -21,18 +22,18 @@ COLORS = {
     "outside_step": "#BAB0AC",
 }
 LABELS = {
-    "weights": "Weights",
-    "gradients": "Gradients",
-    "optimizer_state": "Optimizer state",
-    "activations": "Activations kept for backward",
-    "backward_transient": "Backward transients",
-    "input_batch": "Input batch",
-    "other": "Optimizer update temporaries",
-    "allocator": "Allocator chunks beyond tensor sizes (simulated)",
-    "framework_overhead": "Framework overhead (CUDA context, libraries)",
-    "xla_temporaries": "XLA temporaries (activations, gradients, scratch)",
-    "step_outputs": "Step outputs",
-    "outside_step": "Outside the step",
+    "weights": mark("Weights"),
+    "gradients": mark("Gradients"),
+    "optimizer_state": mark("Optimizer state"),
+    "activations": mark("Activations kept for backward"),
+    "backward_transient": mark("Backward transients"),
+    "input_batch": mark("Input batch"),
+    "other": mark("Optimizer update temporaries"),
+    "allocator": mark("Allocator chunks beyond tensor sizes (simulated)"),
+    "framework_overhead": mark("Framework overhead (CUDA context, libraries)"),
+    "xla_temporaries": mark("XLA temporaries (activations, gradients, scratch)"),
+    "step_outputs": mark("Step outputs"),
+    "outside_step": mark("Outside the step"),
 }
 PLAN_COLOR = "#F58518"
 
@@ -55,13 +56,16 @@ def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]]) -> No
 
 def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, divisor: float, unit: str) -> go.Figure:
     fig = go.Figure()
+    step = tr("this step")
     for key, value in [*components.items(), ("framework_overhead", overhead)]:
         if key == "allocator" and not value:
             continue  # shown only where the simulated allocator says more than the walk
-        fig.add_bar(x=["this step"], y=[value / divisor], name=LABELS[key], marker_color=COLORS[key],
-                    hovertemplate=f"{LABELS[key]}: %{{y:.3f}} {unit}<extra></extra>")
-    _hlines(fig, [(capacity / divisor, "dash", "black", f"GPU memory {capacity / divisor:.2f} {unit}", "top left")])
-    fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend_title="Component",
+        label = tr(LABELS[key])
+        fig.add_bar(x=[step], y=[value / divisor], name=label, marker_color=COLORS[key],
+                    hovertemplate=f"{label}: %{{y:.3f}} {unit}<extra></extra>")
+    _hlines(fig, [(capacity / divisor, "dash", "black", tr("GPU memory {size:.2f} {unit}", size=capacity / divisor,
+                                                            unit=unit), "top left")])
+    fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend_title=tr("Component"),
                       margin=dict(t=30, b=30))
     return fig
 
@@ -75,33 +79,37 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
     """
     fig = go.Figure()
     fig.add_scatter(x=list(batches), y=[t / divisor for t in totals], mode="lines",
-                    name="graph-executor walk (jit_compile=False)",
-                    hovertemplate=f"batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>")
-    lines = [(capacity / divisor, "dash", "black", "GPU memory", "top left")]
+                    name=tr("graph-executor walk (jit_compile=False)"),
+                    hovertemplate=tr("batch {batch}: {memory}", batch="%{x}", memory=f"%{{y:.2f}} {unit}")
+                    + "<extra></extra>")
+    lines = [(capacity / divisor, "dash", "black", tr("GPU memory"), "top left")]
     if usable != capacity:
-        lines.append((usable / divisor, "dot", "gray", "with safety margin", "bottom right"))
+        lines.append((usable / divisor, "dot", "gray", tr("with safety margin"), "bottom right"))
     _hlines(fig, lines)
     lookup = dict(zip(batches, totals))
     plans = dict(plan_points)
     if plans:
         fig.add_scatter(x=list(plans), y=[t / divisor for t in plans.values()], mode="markers",
-                        name="XLA plan (compiled)", marker=dict(size=9, symbol="circle-open", color=PLAN_COLOR,
-                                                                line=dict(width=2)),
-                        hovertemplate=f"XLA plan, batch %{{x}}: %{{y:.2f}} {unit}<extra></extra>")
+                        name=tr("XLA plan (compiled)"), marker=dict(size=9, symbol="circle-open", color=PLAN_COLOR,
+                                                                    line=dict(width=2)),
+                        hovertemplate=tr("XLA plan, batch {batch}: {memory}", batch="%{x}",
+                                         memory=f"%{{y:.2f}} {unit}") + "<extra></extra>")
         lookup_best = plans if best_from_plan else lookup
         lookup = {**lookup, **plans}
     else:
         lookup_best = lookup
     if current in lookup:
-        fig.add_scatter(x=[current], y=[lookup[current] / divisor], mode="markers", name=f"batch {current}",
+        fig.add_scatter(x=[current], y=[lookup[current] / divisor], mode="markers",
+                        name=tr("batch {batch}", batch=current),
                         marker=dict(size=12, color="#E45756"))
     if best and best in lookup_best:
-        fig.add_scatter(x=[best], y=[lookup_best[best] / divisor], mode="markers", name=f"largest that fits: {best}",
+        fig.add_scatter(x=[best], y=[lookup_best[best] / divisor], mode="markers",
+                        name=tr("largest that fits: {batch}", batch=best),
                         marker=dict(size=12, symbol="diamond", color="#54A24B"))
     # The curve grows to thousands of samples; the part that matters is where it meets
     # the card, so the y axis ends a little above the card (or the current batch).
     shown_top = max(1.3 * capacity, 1.1 * lookup.get(current, 0)) / divisor
-    fig.update_layout(xaxis_title="batch size", yaxis_title=unit, height=420, margin=dict(t=30, b=30),
+    fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=420, margin=dict(t=30, b=30),
                       yaxis_range=[0, shown_top], legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"))
     fig.update_xaxes(type="log")
     return fig
@@ -110,7 +118,7 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
 def layers_figure(names, kept_bytes, divisor: float, unit: str) -> go.Figure:
     fig = go.Figure(go.Bar(x=[k / divisor for k in kept_bytes], y=[plain_label(n) for n in names], orientation="h",
                            marker_color=COLORS["activations"]))
-    fig.update_layout(xaxis_title=f"{unit} kept per sample", height=30 * len(names) + 120,
+    fig.update_layout(xaxis_title=tr("{unit} kept per sample", unit=unit), height=30 * len(names) + 120,
                       yaxis=dict(autorange="reversed"), margin=dict(t=30, b=30))
     return fig
 
@@ -122,8 +130,8 @@ def timeline_figure(phases, totals, divisor: float, unit: str) -> go.Figure:
                                text=[plain_label(p) for p in phases], marker=dict(color=colors, size=4),
                                hovertemplate=f"%{{text}}: %{{y:.3f}} {unit}<extra></extra>"))
     peak = max(range(len(totals)), key=totals.__getitem__)
-    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=f"peak: {plain_label(phases[peak])}", showarrow=True)
-    fig.update_layout(xaxis_title="moment of the step (forward → loss → backward → update)",
+    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=tr("peak: {moment}", moment=plain_label(phases[peak])), showarrow=True)
+    fig.update_layout(xaxis_title=tr("moment of the step (forward → loss → backward → update)"),
                       yaxis_title=unit, height=420, margin=dict(t=30, b=30))
     return fig
 
@@ -131,15 +139,17 @@ def timeline_figure(phases, totals, divisor: float, unit: str) -> go.Figure:
 def validation_figure(measured, predicted, labels, divisor: float, unit: str, extra=None) -> go.Figure:
     fig = go.Figure()
     fig.add_scatter(x=[m / divisor for m in measured], y=[p / divisor for p in predicted], mode="markers",
-                    text=list(labels), name="validation set",
-                    hovertemplate="%{text}<br>measured %{x:.3f}, predicted %{y:.3f}<extra></extra>")
+                    text=list(labels), name=tr("validation set"),
+                    hovertemplate=tr("{case}<br>measured {measured}, predicted {predicted}", case="%{text}",
+                                     measured="%{x:.3f}", predicted="%{y:.3f}") + "<extra></extra>")
     if extra:
         fig.add_scatter(x=[m / divisor for m, _, _ in extra], y=[p / divisor for _, p, _ in extra],
-                        mode="markers", text=[t for _, _, t in extra], name="measured now",
+                        mode="markers", text=[t for _, _, t in extra], name=tr("measured now"),
                         marker=dict(size=12, symbol="star", color="#E45756"))
     top = max([*measured, *predicted, *(m for m, _, _ in extra or [])], default=1) / divisor * 1.05
     fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(dash="dash", color="gray"))
-    fig.update_layout(xaxis_title=f"measured peak ({unit})", yaxis_title=f"predicted peak ({unit})", height=480)
+    fig.update_layout(xaxis_title=tr("measured peak ({unit})", unit=unit), yaxis_title=tr("predicted peak ({unit})", unit=unit),
+                      height=480)
     return fig
 
 
@@ -148,7 +158,7 @@ def curves_figure(series: dict[str, tuple[list[int], list[int]]], limits: dict[s
     for name, (batches, totals) in series.items():
         fig.add_scatter(x=batches, y=[t / divisor for t in totals], mode="lines", name=name)
     _hlines(fig, [(limit / divisor, "dash", "gray", name, "top right") for name, limit in limits.items()])
-    fig.update_layout(xaxis_title="batch size", yaxis_title=unit, height=460)
+    fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=460)
     if limits:  # where the curves cross the cards, not where they end
         fig.update_yaxes(range=[0, 1.3 * max(limits.values()) / divisor])
     fig.update_xaxes(type="log")

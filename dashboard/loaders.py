@@ -10,6 +10,7 @@ from calc.profiles import get_profile
 from calc.types import ModelProfile
 from calc.validation import CAVEAT_STEPS, CaveatRecord
 from calc.workers.builds import BuildWorker
+from dashboard.i18n import tr
 
 # The server never imports TensorFlow: Keras builds happen in one child process that
 # is replaced when it grows and exits when idle (calc/workers/builds.py says why).
@@ -43,10 +44,11 @@ def accuracy_line() -> str:
     try:
         s = load_validation()["summary"]
     except (ValueError, OSError, KeyError) as exc:  # missing or damaged: say so, do not fail
-        return f"Validation report unavailable ({exc})."
-    return (f"Accuracy on {s['cases']} measured training steps (TensorFlow CPU allocator peak): median error "
-            f"{s['median_abs_error']:.1%}, worst {s['max_abs_error']:.1%}; under-predicted in "
-            f"{s['under_predicted']} cases, at worst by {-s['worst_under_prediction']:.1%}.")
+        return tr("Validation report unavailable ({error}).", error=exc)
+    return tr("Accuracy on {cases} measured training steps (TensorFlow CPU allocator peak): median error "
+              "{median:.1%}, worst {worst:.1%}; under-predicted in {under} cases, at worst by {worst_under:.1%}.",
+              cases=s["cases"], median=s["median_abs_error"], worst=s["max_abs_error"], under=s["under_predicted"],
+              worst_under=-s["worst_under_prediction"])
 
 
 def caveat_records(device: str = "cpu") -> dict[str, CaveatRecord]:
@@ -69,19 +71,24 @@ def noise_line() -> str:
         within, median, worst = (s["within_measured_runs"], s["median_abs_error_from_nearest_run"],
                                  s["max_abs_error_from_nearest_run"])
     except (ValueError, OSError, KeyError) as exc:
-        return f"Validation report unavailable ({exc})."
-    line = (f"Each case was measured three times in fresh processes, and the runs differ (the allocator's "
-            f"state before the step): {within} of {s['cases']} predictions lie within their case's runs; "
-            f"off the nearest run by a median {median:.1%}, at most {worst:.1%}.")
+        return tr("Validation report unavailable ({error}).", error=exc)
+    line = tr("Each case was measured three times in fresh processes, and the runs differ (the allocator's "
+              "state before the step): {within} of {cases} predictions lie within their case's runs; "
+              "off the nearest run by a median {median:.1%}, at most {worst:.1%}.",
+              within=within, cases=s["cases"], median=median, worst=worst)
     repro, single = s.get("reproducibility"), s.get("estimate_against_runs")
     if repro and single:
-        line += (f" TensorFlow against itself: each run lies a median {repro['median_deviation']:.1%} from the "
-                 f"median of its case's other runs, and {repro['runs_beyond']} of {repro['runs']} runs "
-                 f"({repro['runs_beyond'] / repro['runs']:.1%}, in {repro['cases_with_run_beyond']} cases) lie more "
-                 f"than {repro['threshold']:.0%} from it, so no estimate can promise less on a step measured afresh; "
-                 f"the estimate against the same runs: a median {single['median_deviation']:.1%}, and "
-                 f"{single['runs_beyond']} runs ({single['runs_beyond'] / single['runs']:.1%}) more than "
-                 f"{single['threshold']:.0%} off.")
+        line += " " + tr(
+            "TensorFlow against itself: each run lies a median {deviation:.1%} from the median of its case's other "
+            "runs, and {beyond} of {runs} runs ({beyond_share:.1%}, in {cases_beyond} cases) lie more than "
+            "{threshold:.0%} from it, so no estimate can promise less on a step measured afresh; the estimate "
+            "against the same runs: a median {estimate_deviation:.1%}, and {estimate_beyond} runs "
+            "({estimate_beyond_share:.1%}) more than {estimate_threshold:.0%} off.",
+            deviation=repro["median_deviation"], beyond=repro["runs_beyond"], runs=repro["runs"],
+            beyond_share=repro["runs_beyond"] / repro["runs"], cases_beyond=repro["cases_with_run_beyond"],
+            threshold=repro["threshold"], estimate_deviation=single["median_deviation"],
+            estimate_beyond=single["runs_beyond"], estimate_beyond_share=single["runs_beyond"] / single["runs"],
+            estimate_threshold=single["threshold"])
     return line
 
 
@@ -113,9 +120,10 @@ def own_model_record() -> CaveatRecord | None:
 
 def slice_line(summary: dict, what: str) -> str:
     """One line on a GPU slice's report: how far the estimate was from what was measured."""
-    return (f"{what}: {summary['cases']} steps, median error {summary['median_abs_error']:.1%}, worst "
-            f"{summary['max_abs_error']:.1%}; under-predicted in {summary['under_predicted']}, at worst by "
-            f"{-summary['worst_under_prediction']:.1%}.")
+    return tr("{what}: {cases} steps, median error {median:.1%}, worst {worst:.1%}; under-predicted in {under}, "
+              "at worst by {worst_under:.1%}.", what=what, cases=summary["cases"], median=summary["median_abs_error"],
+              worst=summary["max_abs_error"], under=summary["under_predicted"],
+              worst_under=-summary["worst_under_prediction"])
 
 
 @st.cache_data(show_spinner=False)
@@ -139,27 +147,35 @@ def xla_line(step: str = "graph") -> str:
     ``step``: "graph", the graph-executor walk is shown; "xla", XLA's plan is.
     """
     if step == "xla":
-        head = ("This is XLA's own memory plan of the compiled step (`jit_compile=True`, Keras 3's default on a "
-                "GPU): Keras's `train_step` compiled with XLA for this card, without a GPU, and the buffers XLA "
-                "assigns it read from the compiled program")
         try:
             plan = plan_report_summary() or {}
-            return (f"{head}. Measured with TensorFlow's XLA step on an H100: on {plan['cases']} steps the plan was "
-                    f"off by a median {plan['median_abs_error']:.1%}, from {plan['worst_under_prediction']:+.1%} to "
-                    f"{plan['worst_over_prediction']:+.1%}.")
+            return tr("This is XLA's own memory plan of the compiled step (`jit_compile=True`, Keras 3's default on a "
+                      "GPU): Keras's `train_step` compiled with XLA for this card, without a GPU, and the buffers XLA "
+                      "assigns it read from the compiled program. Measured with TensorFlow's XLA step on an H100: on "
+                      "{cases} steps the plan was off by a median {median:.1%}, from {under:+.1%} to {over:+.1%}.",
+                      cases=plan["cases"], median=plan["median_abs_error"], under=plan["worst_under_prediction"],
+                      over=plan["worst_over_prediction"])
         except (KeyError, TypeError, ValueError):
-            return f"{head}. No measured report scores the plan yet; the Validation page lists the XLA steps measured."
-    head = ("This predicts the step on TensorFlow's graph executor, `model.compile(..., jit_compile=False)`. "
-            "On a GPU, Keras 3's default `jit_compile=\"auto\"` compiles the step with XLA, which fuses "
-            "elementwise chains and plans its own buffers")
+            return tr("This is XLA's own memory plan of the compiled step (`jit_compile=True`, Keras 3's default on a "
+                      "GPU): Keras's `train_step` compiled with XLA for this card, without a GPU, and the buffers XLA "
+                      "assigns it read from the compiled program. No measured report scores the plan yet; the "
+                      "Validation page lists the XLA steps measured.")
     try:
         executor, xla = (report["summary"] for report in load_gpu_slices())
     except (ValueError, OSError, KeyError) as exc:
-        return f"{head}. (The GPU measurements are unavailable: {exc}.)"
-    return (f"{head}. Measured with TensorFlow on an H100, with GPU kernels: on {executor['cases']} steps without "
-            f"XLA this estimate was off by a median {executor['median_abs_error']:.0%}, from "
-            f"{executor['worst_under_prediction']:+.0%} to {executor['worst_over_prediction']:+.0%}; on "
-            f"{xla['cases']} steps with XLA by a median {xla['median_abs_error']:.0%}, from "
-            f"{xla['worst_under_prediction']:+.0%} to {xla['worst_over_prediction']:+.0%}. "
-            "Pass `jit_compile=False` to get the step predicted here; the sidebar's XLA step shows XLA's own plan "
-            "where one applies (a Keras application, GPU kernels, a GPU preset).")
+        return tr("This predicts the step on TensorFlow's graph executor, `model.compile(..., jit_compile=False)`. "
+                  "On a GPU, Keras 3's default `jit_compile=\"auto\"` compiles the step with XLA, which fuses "
+                  "elementwise chains and plans its own buffers. (The GPU measurements are unavailable: {error}.)",
+                  error=exc)
+    return tr("This predicts the step on TensorFlow's graph executor, `model.compile(..., jit_compile=False)`. "
+              "On a GPU, Keras 3's default `jit_compile=\"auto\"` compiles the step with XLA, which fuses "
+              "elementwise chains and plans its own buffers. Measured with TensorFlow on an H100, with GPU kernels: "
+              "on {executor_cases} steps without XLA this estimate was off by a median {executor_median:.0%}, from "
+              "{executor_under:+.0%} to {executor_over:+.0%}; on {xla_cases} steps with XLA by a median "
+              "{xla_median:.0%}, from {xla_under:+.0%} to {xla_over:+.0%}. Pass `jit_compile=False` to get the step "
+              "predicted here; the sidebar's XLA step shows XLA's own plan where one applies (a Keras application, "
+              "GPU kernels, a GPU preset).",
+              executor_cases=executor["cases"], executor_median=executor["median_abs_error"],
+              executor_under=executor["worst_under_prediction"], executor_over=executor["worst_over_prediction"],
+              xla_cases=xla["cases"], xla_median=xla["median_abs_error"], xla_under=xla["worst_under_prediction"],
+              xla_over=xla["worst_over_prediction"])

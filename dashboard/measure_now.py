@@ -18,6 +18,7 @@ from calc.estimate import estimate_memory
 from calc.types import Device, ModelProfile
 from calc.workers.budgets import TENSORFLOW_RESIDENT_BYTES, budget_bytes, gib
 from calc.workers.measure import MeasurementError, measure_training_step
+from dashboard.i18n import tr
 from dashboard.loaders import spec_for
 from dashboard.state import Inputs
 from dashboard.views import config_of
@@ -64,24 +65,27 @@ def server_has_gpu() -> bool:
 
 def measure_now_allowed(profile: ModelProfile, inputs: Inputs) -> tuple[bool, str]:
     if server_setting("CALC_MEASURE_NOW", "off").lower() not in ("on", "1", "true", "yes"):
-        return False, ("Measuring is off on this server: it runs real training steps on the host. Its operator can "
-                       "turn it on with CALC_MEASURE_NOW=on; on your own machine, `python -m calc measure` runs it.")
+        return False, tr("Measuring is off on this server: it runs real training steps on the host. Its operator "
+                         "can turn it on with CALC_MEASURE_NOW=on; on your own machine, `python -m calc measure` "
+                         "runs it.")
     if inputs.source != "catalogue":
-        return False, ("Measuring here is for catalogue models; measure your own on your machine: "
-                       "`python -m calc measure --file my_model.keras --batch-size ...` (the same options).")
+        return False, tr("Measuring here is for catalogue models; measure your own on your machine: "
+                         "`python -m calc measure --file my_model.keras --batch-size ...` (the same options).")
     if inputs.num_gpus != 1:
-        return False, "Measuring runs one device: set GPUs to 1."
+        return False, tr("Measuring runs one device: set GPUs to 1.")
     if inputs.device == "gpu" and not server_has_gpu():
-        return False, ("This server has no GPU: set Kernels to CPU to measure the step on its CPU "
-                       "(the estimate beside it then counts the CPU's kernels too).")
+        return False, tr("This server has no GPU: set Kernels to CPU to measure the step on its CPU "
+                         "(the estimate beside it then counts the CPU's kernels too).")
     if inputs.batch_size > MAX_BATCH or inputs.image_size > MAX_IMAGE or profile.total_params > MAX_PARAMS:
-        return False, (f"Measuring here is limited to batch ≤ {MAX_BATCH}, image ≤ {MAX_IMAGE}px and models of "
-                       f"≤ {MAX_PARAMS:,} parameters, so that one request cannot hold the server.")
+        return False, tr("Measuring here is limited to batch ≤ {batch}, image ≤ {image}px and models of "
+                         "≤ {params:,} parameters, so that one request cannot hold the server.",
+                         batch=MAX_BATCH, image=MAX_IMAGE, params=MAX_PARAMS)
     need, budget = predicted_need_bytes(profile, inputs), budget_bytes("measure")
     if need > budget:
-        return False, (f"This step would need about {gib(need)} on this server (the estimate for its CPU plus "
-                       f"{gib(TENSORFLOW_RESIDENT_BYTES)} for TensorFlow itself); the measurement's budget is "
-                       f"{gib(budget)} (CALC_MEASURE_GIB). Try a smaller batch or image.")
+        return False, tr("This step would need about {need} on this server (the estimate for its CPU plus "
+                         "{tensorflow} for TensorFlow itself); the measurement's budget is {budget} "
+                         "(CALC_MEASURE_GIB). Try a smaller batch or image.",
+                         need=gib(need), tensorflow=gib(TENSORFLOW_RESIDENT_BYTES), budget=gib(budget))
     return True, ""
 
 
@@ -95,10 +99,12 @@ def predicted_need_bytes(profile: ModelProfile, inputs: Inputs) -> int:
 
 
 def run_measurement(profile: ModelProfile, inputs: Inputs) -> MeasureResult:
-    label = (f"{inputs.model} {inputs.image_size}px b{inputs.batch_size} {inputs.optimizer} {inputs.precision} "
-             f"on {inputs.device}")
+    label = tr("{model} {image_size}px b{batch_size} {optimizer} {precision} on {device}", model=inputs.model,
+               image_size=inputs.image_size, batch_size=inputs.batch_size, optimizer=inputs.optimizer,
+               precision=inputs.precision, device=inputs.device)
     if not _one_at_a_time.acquire(blocking=False):
-        return MeasureResult(label, error="Another measurement is running on this server; try again in a minute.")
+        return MeasureResult(label, error=tr("Another measurement is running on this server; try again in a "
+                                             "minute."))
     try:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
         config = config_of(inputs)

@@ -7,6 +7,7 @@ import streamlit as st
 from calc.estimate import plan_step
 from calc.types import ModelProfile
 from dashboard import views
+from dashboard.i18n import tr
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
 from dashboard.turns import READS
@@ -29,7 +30,8 @@ def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
 def _catalogue_profile(inputs: Inputs) -> ModelProfile:
     try:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
-        with st.spinner(f"Building {spec.name} at {spec.height}x{spec.width} once (weights=None)…"):
+        with st.spinner(tr("Building {model} at {height}x{width} once (weights=None)…", model=spec.name,
+                           height=spec.height, width=spec.width)):
             profile = load_profile(spec)
     except ValueError as exc:
         st.error(plain(exc))
@@ -43,18 +45,17 @@ def _uploaded_profile() -> ModelProfile:
 
     upload = st.session_state.get("upload_file")
     if upload is None:
-        st.info("Upload a .keras or .h5 file in the sidebar. It is read with Keras safe mode, in a separate "
-                "process, and deleted afterwards; only its layer ledger is kept.")
+        st.info(tr("Upload a .keras or .h5 file in the sidebar. It is read with Keras safe mode, in a separate "
+                   "process, and deleted afterwards; only its layer ledger is kept."))
         st.stop()
     cached = st.session_state.get("_upload_profile")
     if cached is not None and cached[0] == upload.file_id:
         return cached[1]
     waiting = st.empty()
     try:
-        with READS.turn(lambda ahead: waiting.info(f"{ahead} other upload{'s' if ahead > 1 else ''} on this server "
-                                                   "will be read first; yours is next after them.")):
+        with READS.turn(lambda ahead: waiting.info(_uploads_ahead(ahead))):
             waiting.empty()
-            with st.spinner(f"Reading {plain(upload.name)} (Keras safe mode)…"):
+            with st.spinner(tr("Reading {name} (Keras safe mode)…", name=plain(upload.name))):
                 profile = profile_upload(upload.getvalue(), upload.name)
     except ValueError as exc:
         st.error(f"{plain(upload.name)}: {plain(exc)}")
@@ -63,20 +64,26 @@ def _uploaded_profile() -> ModelProfile:
     return profile
 
 
+def _uploads_ahead(ahead: int) -> str:
+    if ahead > 1:
+        return tr("{ahead} other uploads on this server will be read first; yours is next after them.", ahead=ahead)
+    return tr("{ahead} other upload on this server will be read first; yours is next after them.", ahead=ahead)
+
+
 def _summary_profile() -> ModelProfile:
     """A ledger read from pasted ``model.summary()`` text: wired from "Connected to", else a chain."""
     from calc.summary_text import parse_shape, read_summary
 
     text = st.session_state.get("summary_text") or ""
     if not text.strip():
-        st.info("Paste the table printed by model.summary() in the sidebar (Keras 2 or 3 layout). A functional "
-                "model's table is read with its wiring (the 'Connected to' column); one without it as a chain.")
+        st.info(tr("Paste the table printed by model.summary() in the sidebar (Keras 2 or 3 layout). A functional "
+                   "model's table is read with its wiring (the 'Connected to' column); one without it as a chain."))
         st.stop()
     try:
         reading = read_summary(text, activation=st.session_state.get("summary_activation", "relu"),
                                input_shape=parse_shape(st.session_state.get("summary_input_shape", "")))
     except ValueError as exc:
-        st.error(f"Could not read the summary: {plain(exc)}")
+        st.error(tr("Could not read the summary: {error}", error=plain(exc)))
         st.stop()
     st.caption(views.summary_caption(reading))
     for note in views.summary_warnings(reading):

@@ -30,15 +30,26 @@ def app_pages() -> list:
     ]
 
 
-def mark_routed() -> None:
-    """Called by app.py on every run, before the page runs; sets the run's language."""
-    st.session_state[ROUTED_KEY] = True
+def set_run_language() -> None:
+    """This run's language: the sidebar's choice, else the link's."""
     set_language(str(st.session_state.get("lang") or st.query_params.get("lang", "en")))
 
 
+def mark_routed() -> None:
+    """Called by app.py on every run, before the page runs; sets the run's language."""
+    st.session_state[ROUTED_KEY] = True
+    set_run_language()
+
+
 def ensure_routed() -> None:
-    """Reruns through app.py when this page was started by Streamlit's legacy mode."""
-    if not st.session_state.get(ROUTED_KEY):
+    """Reruns through app.py when this page was started by Streamlit's legacy mode.
+
+    Sets the run's language too: a page can run without app.py (Streamlit's AppTest runs a
+    page it switched to by itself), and each run starts in English.
+    """
+    if st.session_state.get(ROUTED_KEY):
+        set_run_language()
+    else:
         set_language(str(st.query_params.get("lang", "en")))
         st.navigation(app_pages(), position="hidden")
         st.rerun()

@@ -13,7 +13,7 @@ from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
 from calc.types import Device, Optimizer, Precision, TrainMode
 from calc.xla import REMAT_MODES
-from dashboard.i18n import LANGUAGES
+from dashboard.i18n import LANGUAGES, tr
 from dashboard.plain import plain
 
 MAX_BATCH = 65536
@@ -44,6 +44,7 @@ class Inputs:
     step: str = "xla"  # "xla": the compiled step (Keras's default on a GPU); "graph": jit_compile=False
     remat: str = "none"  # keras.RematScope mode of the XLA step (calc.xla.REMAT_MODES)
     lang: str = "en"  # the interface's language (dashboard.i18n.LANGUAGES)
+    present: bool = False  # the Formula page's presentation mode (dashboard.presentation)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -102,6 +103,7 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         "step": lambda t: _choice("step", t, STEPS),
         "remat": lambda t: _choice("remat", t, REMATS),
         "lang": lambda t: _choice("lang", t, list(LANGUAGES)),
+        "present": lambda t: _bool("present", t),
     }
     for key, raw in params.items():
         if key not in parsers:
@@ -110,10 +112,12 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         try:
             values[key] = parsers[key](text)
         except (ValueError, TypeError, OverflowError):
-            warnings.append(f"Ignored {key}={plain(repr(text))} from the link: using {values[key]!r}.")
+            warnings.append(tr("Ignored {key}={value} from the link: using {default!r}.", key=key,
+                               value=plain(repr(text)), default=values[key]))
     inputs = Inputs(**values)
     if inputs.batch_size % inputs.num_gpus:
-        warnings.append(f"batch_size {inputs.batch_size} is not divisible by num_gpus {inputs.num_gpus}: using 1 GPU.")
+        warnings.append(tr("batch_size {batch_size} is not divisible by num_gpus {num_gpus}: using 1 GPU.",
+                           batch_size=inputs.batch_size, num_gpus=inputs.num_gpus))
         inputs = replace(inputs, num_gpus=1)
     return inputs, warnings
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calc.estimate import (
+    GpuFit,
     estimate_memory,
     fit_on_gpu,
     max_batch_size,
@@ -18,6 +19,7 @@ from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
 from calc.xla import XlaPlan
+from dashboard.i18n import mark, tr
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -58,10 +60,15 @@ class EstimateView:
         return (self.usable_bytes - self.needed_bytes) / self.usable_bytes
 
 
+def fit_of(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> GpuFit:
+    """The walk's fit on ``gpu``, with the safety margin: the one largest batch every page shows."""
+    return fit_on_gpu(profile, config_of(inputs), gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
+                      safety_margin=inputs.margin / 100, limit=1 << 16)
+
+
 def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> EstimateView:
     config = config_of(inputs)
-    fit = fit_on_gpu(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
-                     safety_margin=inputs.margin / 100, limit=1 << 16)
+    fit = fit_of(profile, inputs, gpu)
     top = max(CURVE_MAX, 2 * fit.max_batch, 2 * inputs.batch_size)
     batches = curve_batches(top, inputs.num_gpus, (inputs.batch_size, fit.max_batch, fit.max_batch + inputs.num_gpus))
     curve = memory_curve(profile, config, batches)
@@ -147,13 +154,15 @@ def xla_reason(inputs: Inputs) -> str | None:
     The plan is compiled for a GPU preset's card (``calc.xla.target_for``), of a
     catalogue model; a file, a pasted summary, CPU kernels or a custom size get the walk.
     """
-    walk = "this shows the graph-executor walk (jit_compile=False)"
     if inputs.source != "catalogue":
-        return f"The XLA plan compiles a catalogue model for a GPU preset, not a file or a pasted summary; {walk}."
+        return tr("The XLA plan compiles a catalogue model for a GPU preset, not a file or a pasted summary; "
+                  "this shows the graph-executor walk (jit_compile=False).")
     if inputs.device != "gpu":
-        return f"The XLA plan is of a GPU's step; with CPU kernels {walk}."
+        return tr("The XLA plan is of a GPU's step; with CPU kernels this shows the graph-executor walk "
+                  "(jit_compile=False).")
     if inputs.gpu == "custom":
-        return f"The XLA plan compiles for a GPU preset's card, and a custom size names none; {walk}."
+        return tr("The XLA plan compiles for a GPU preset's card, and a custom size names none; this shows the "
+                  "graph-executor walk (jit_compile=False).")
     return None
 
 
@@ -196,10 +205,10 @@ class ShownStep:
 def shown_walk(view: EstimateView) -> ShownStep:
     """The walk's numbers (the graph executor chosen, or no plan known)."""
     return ShownStep(
-        step="graph", peak_label="Predicted peak (graph executor)", components=view.breakdown.components(),
+        step="graph", peak_label=tr("Predicted peak (graph executor)"), components=view.breakdown.components(),
         peak_bytes=view.breakdown.peak_bytes, overhead_bytes=view.overhead_bytes, capacity_bytes=view.capacity_bytes,
         usable_bytes=view.usable_bytes, max_batch=view.max_batch,
-        max_batch_label="Largest batch that fits (graph-executor walk)",
+        max_batch_label=tr("Largest batch that fits (graph-executor walk)"),
     )
 
 
@@ -218,13 +227,14 @@ def shown_plan(view: EstimateView, inputs: Inputs, plan: XlaPlan, *, plan_peaks:
     """
     gpus = inputs.num_gpus
     remat = remat_mode(inputs)
-    label = "Planned peak (XLA" + (f", remat {remat})" if remat else ")")
+    label = tr("Planned peak (XLA, remat {mode})", mode=remat) if remat else tr("Planned peak (XLA)")
     from_plan = max_batch is not None
     return ShownStep(
         step="xla", peak_label=label, components=plan.components(), peak_bytes=plan.peak_bytes,
         overhead_bytes=view.overhead_bytes, capacity_bytes=view.capacity_bytes, usable_bytes=view.usable_bytes,
         max_batch=max_batch * gpus if from_plan else view.max_batch,
-        max_batch_label="Largest batch that fits (" + ("XLA plans, compiled)" if from_plan else "graph-executor walk)"),
+        max_batch_label=(tr("Largest batch that fits (XLA plans, compiled)") if from_plan
+                         else tr("Largest batch that fits (graph-executor walk)")),
         plan_points=tuple((b * gpus, p + view.overhead_bytes) for b, p in sorted(plan_peaks.items())),
         max_batch_from_plan=from_plan,
         remat_saving_bytes=None if base_peak_bytes is None or not remat else base_peak_bytes - plan.peak_bytes,
@@ -235,7 +245,8 @@ def remat_delta(shown: ShownStep, inputs: Inputs) -> str | None:
     """The peak metric's delta: what remat changes against the plan without it (negative saves)."""
     if shown.remat_saving_bytes is None:
         return None
-    return f"{-shown.remat_saving_bytes / unit_divisor(inputs):+,.2f} {inputs.unit} against no remat"
+    return tr("{change:+,.2f} {unit} against no remat", change=-shown.remat_saving_bytes / unit_divisor(inputs),
+              unit=inputs.unit)
 
 
 def remat_line(shown: ShownStep, inputs: Inputs) -> str | None:
@@ -243,35 +254,72 @@ def remat_line(shown: ShownStep, inputs: Inputs) -> str | None:
     if shown.remat_saving_bytes is None:
         return None
     without = shown.peak_bytes + shown.remat_saving_bytes
-    return (f"Remat {inputs.remat}: XLA plans {fmt(shown.peak_bytes, inputs)} with it against {fmt(without, inputs)} "
-            f"without, {fmt(shown.remat_saving_bytes, inputs)} ({shown.remat_saving_bytes / without:.1%}) less.")
+    return tr("Remat {mode}: XLA plans {with_remat} with it against {without} without, {saving} ({share:.1%}) less.",
+              mode=inputs.remat, with_remat=fmt(shown.peak_bytes, inputs), without=fmt(without, inputs),
+              saving=fmt(shown.remat_saving_bytes, inputs), share=shown.remat_saving_bytes / without)
 
 
 def curve_caption(shown: ShownStep) -> str:
-    line = ("The line is the graph-executor walk (jit_compile=False): its peak at each drawn batch size, plus the "
-            "framework overhead.")
     if shown.step == "xla":
-        line += (f" The markers are XLA plans already compiled for this model and setup ({len(shown.plan_points)} "
-                 "batch sizes: this one, any cached, and those of a largest-batch search), plus the overhead; XLA "
-                 "is not drawn between them, each point being one compile.")
-    return line
+        return tr("The line is the graph-executor walk (jit_compile=False): its peak at each drawn batch size, plus "
+                  "the framework overhead. The markers are XLA plans already compiled for this model and setup "
+                  "({plans} batch sizes: this one, any cached, and those of a largest-batch search), plus the "
+                  "overhead; XLA is not drawn between them, each point being one compile.",
+                  plans=len(shown.plan_points))
+    return tr("The line is the graph-executor walk (jit_compile=False): its peak at each drawn batch size, plus the "
+              "framework overhead.")
 
 
 def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
+    """Fits or not, from the peak to what the card must hold: peak + framework overhead against the
+    usable memory (the card less the safety margin); with several GPUs, each GPU's share."""
+    peak = view.needed_bytes - view.overhead_bytes
+    values = dict(peak=fmt(peak, inputs), overhead=fmt(view.overhead_bytes, inputs),
+                  needed=fmt(view.needed_bytes, inputs), usable=fmt(view.usable_bytes, inputs),
+                  margin=inputs.margin, gpus=inputs.num_gpus, per=inputs.batch_size // inputs.num_gpus)
+    if inputs.num_gpus > 1:
+        if view.fits:
+            return tr("Fits: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} framework "
+                      "overhead (CUDA context, libraries) = {needed}, of {usable} usable after the {margin}% "
+                      "margin ({headroom:.0%} headroom).", headroom=view.headroom_fraction, **values)
+        return tr("Does not fit: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} "
+                  "framework overhead (CUDA context, libraries) = {needed}, {more} more than the {usable} usable "
+                  "after the {margin}% margin.", more=fmt(view.needed_bytes - view.usable_bytes, inputs), **values)
     if view.fits:
-        return (f"Fits: {fmt(view.needed_bytes, inputs)} of {fmt(view.usable_bytes, inputs)} usable "
-                f"({view.headroom_fraction:.0%} headroom).")
-    return (f"Does not fit: needs {fmt(view.needed_bytes, inputs)}, "
-            f"{fmt(view.needed_bytes - view.usable_bytes, inputs)} more than the {fmt(view.usable_bytes, inputs)} usable.")
+        return tr("Fits: the peak {peak} + {overhead} framework overhead (CUDA context, libraries) = {needed}, of "
+                  "{usable} usable after the {margin}% margin ({headroom:.0%} headroom).",
+                  headroom=view.headroom_fraction, **values)
+    return tr("Does not fit: the peak {peak} + {overhead} framework overhead (CUDA context, libraries) = {needed}, "
+              "{more} more than the {usable} usable after the {margin}% margin.",
+              more=fmt(view.needed_bytes - view.usable_bytes, inputs), **values)
+
+
+def per_gpu_caption(inputs: Inputs) -> str:
+    return tr("Data parallel on {gpus} GPUs: the peak, the chart's bars and the verdict are one GPU's (batch {per}); "
+              "the batch sizes, the curve's x axis and the largest batch are global.", gpus=inputs.num_gpus,
+              per=inputs.batch_size // inputs.num_gpus)
+
+
+# The breakdown table's row labels as the engine names the parts (``MemoryBreakdown.components``,
+# ``XlaPlan.components``): the JSON download keeps them, the table shows them translated.
+COMPONENT_ROWS = (mark("weights"), mark("gradients"), mark("optimizer_state"), mark("activations"),
+                  mark("backward_transient"), mark("input_batch"), mark("other"), mark("allocator"),
+                  mark("xla_temporaries"), mark("step_outputs"), mark("outside_step"))
 
 
 def breakdown_table(shown: ShownStep) -> list[dict[str, object]]:
+    """The breakdown's rows in English (the JSON download's); ``shown_table`` is what the page shows."""
     rows = [{"component": k, "bytes": v} for k, v in shown.components.items()]
-    peak = "XLA's planned peak" if shown.step == "xla" else "predicted allocator peak"
+    peak = mark("XLA's planned peak") if shown.step == "xla" else mark("predicted allocator peak")
     rows.append({"component": peak, "bytes": shown.peak_bytes})
-    rows.append({"component": "framework overhead (not in the peak)", "bytes": shown.overhead_bytes})
-    rows.append({"component": "needed on the GPU", "bytes": shown.needed_bytes})
+    rows.append({"component": mark("framework overhead (not in the peak)"), "bytes": shown.overhead_bytes})
+    rows.append({"component": mark("needed on the GPU"), "bytes": shown.needed_bytes})
     return rows
+
+
+def shown_table(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """``breakdown_table``'s rows as the page shows them: columns and row labels translated."""
+    return [{tr("component"): tr(str(r["component"])), tr("bytes"): r["bytes"]} for r in rows]
 
 
 def heaviest_layers(rows: list[LayerRow], n: int) -> list[LayerRow]:
@@ -289,8 +337,9 @@ def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inpu
     rows = []
     for name, profile in profiles.items():
         peak = estimate_memory(profile, config).peak_bytes
-        row: dict[str, object] = {"model": name,
-                                  f"peak at batch {inputs.batch_size} ({inputs.unit})": round(peak / unit_divisor(inputs), 3)}
+        row: dict[str, object] = {tr("model"): name,
+                                  tr("peak at batch {batch} ({unit})", batch=inputs.batch_size, unit=inputs.unit):
+                                      round(peak / unit_divisor(inputs), 3)}
         for gpu in gpus:
             row[gpu.name] = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                                            safety_margin=inputs.margin / 100, limit=1 << 16)
@@ -307,21 +356,24 @@ def compare_curves(profiles: dict[str, ModelProfile], inputs: Inputs) -> dict[st
 def summary_caption(reading) -> str:
     """How a pasted summary was read (``calc.summary_text.SummaryReading``)."""
     p = reading.profile
-    wiring = (f"wired from its 'Connected to' column ({reading.connections} connections)" if reading.connected
-              else "read as a chain, each layer feeding the next")
-    return (f"Read {len(p.layers)} layers, {p.total_params:,} parameters from the pasted summary, {wiring}. "
-            "Activations fused into Conv/Dense layers are not in the text and count as linear.")
+    if reading.connected:
+        return tr("Read {layers} layers, {params:,} parameters from the pasted summary, wired from its 'Connected to' "
+                  "column ({connections} connections). Activations fused into Conv/Dense layers are not in the text "
+                  "and count as linear.", layers=len(p.layers), params=p.total_params, connections=reading.connections)
+    return tr("Read {layers} layers, {params:,} parameters from the pasted summary, read as a chain, each layer feeding "
+              "the next. Activations fused into Conv/Dense layers are not in the text and count as linear.",
+              layers=len(p.layers), params=p.total_params)
 
 
 def summary_warnings(reading) -> list[str]:
     notes = []
     if reading.ambiguous_connections:
-        notes.append(f"{reading.ambiguous_connections} connections were cut short by the table's width and fit "
-                     "several earlier layers; each was read as the nearest one. For an exact reading print the "
-                     "summary wider: model.summary(line_length=200).")
+        notes.append(tr("{count} connections were cut short by the table's width and fit several earlier layers; "
+                        "each was read as the nearest one. For an exact reading print the summary wider: "
+                        "model.summary(line_length=200).", count=reading.ambiguous_connections))
     if reading.assumed_activations:
-        notes.append(f"{reading.assumed_activations} Activation rows do not name their function; read as "
-                     f"{reading.assumed_activation} (change it in the sidebar).")
+        notes.append(tr("{count} Activation rows do not name their function; read as {activation} (change it in "
+                        "the sidebar).", count=reading.assumed_activations, activation=reading.assumed_activation))
     return notes
 
 
@@ -330,7 +382,7 @@ def caveat_rows(report: dict) -> list[dict]:
     rows = []
     for kind, steps in caveats.CAVEAT_GROUPS.items():
         if (record := caveat_record(report, kind)) is not None:
-            rows.append({"steps with": steps, "cases": record.cases, "lowest error": record.lowest_error,
+            rows.append({"steps with": tr(steps), "cases": record.cases, "lowest error": record.lowest_error,
                          "highest error": record.highest_error,
                          "margin that covered every run": record.margin_for_every_run})
     return rows
@@ -341,7 +393,7 @@ def own_model_note(inputs: Inputs, record: CaveatRecord | None) -> str | None:
     the own-model slice; None for a catalogue model or without a record."""
     if inputs.source == "catalogue" or record is None:
         return None
-    return caveats.own_model_note(record)
+    return caveats.own_model_note(record, tr=tr)
 
 
 def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRecord],
@@ -353,5 +405,5 @@ def caveat_notes(view: EstimateView, inputs: Inputs, records: dict[str, CaveatRe
     ``gpu_records``: the same from the H100 slice, added for GPU kernels.
     """
     gpu = (gpu_records or {}) if inputs.device == "gpu" else {}
-    return [caveats.caveat_note(kind, fmt(view.caveats[kind], inputs), records.get(kind), gpu.get(kind))
+    return [caveats.caveat_note(kind, fmt(view.caveats[kind], inputs), records.get(kind), gpu.get(kind), tr=tr)
             for kind in caveats.CAVEATS if kind in view.caveats]

@@ -7,7 +7,9 @@ they start. ``calc.xla`` already allows one compile per machine at a time; a sin
 worker here keeps the queue, and each job's place in it, visible to the page.
 
 ``CALC_XLA_COMPILES=off`` (hosting operators, tests) turns compiling off: pages then show
-only shipped or cached plans. Nothing here imports Streamlit.
+only shipped or cached plans. Nothing here imports Streamlit. The one-line refusals are in the
+asking session's language (``dashboard.i18n``); a job's error, made in the worker thread and
+shared by every session that waits for it, stays in English.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Callable, Hashable
 from calc import xla
 from calc.catalogue import ModelSpec
 from calc.types import TrainingConfig
+from dashboard.i18n import tr
 
 COMPILES_ENV = "CALC_XLA_COMPILES"
 MAX_PER_SESSION = 2
@@ -105,8 +108,8 @@ class JobRegistry:
                 return job
             mine = sum(1 for j in self._jobs.values() if session in j.sessions and not j.done)
             if mine >= self.max_per_session:
-                return (f"waiting: this session already has {mine} compiles queued or running "
-                        f"(at most {self.max_per_session})")
+                return tr("waiting: this session already has {count} compiles queued or running (at most {most})",
+                          count=mine, most=self.max_per_session)
             job = Job(key, label, time.time(), {session})
             self._jobs[key] = job
             job.future = self._pool.submit(self._run, job, work)
@@ -173,7 +176,7 @@ def request_plan(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: s
                  session: str) -> Job | str:
     """Queues the compile of one plan (``calc.xla.compute_plan``, which caches it on disk)."""
     if not compiles_enabled():
-        return f"compiles are off on this server ({COMPILES_ENV}=off)"
+        return tr("compiles are off on this server ({env}=off)", env=COMPILES_ENV)
     one = one_device(config)
     return JOBS.submit(plan_key(spec, config, gpu_key, remat),
                        lambda: xla.compute_plan(spec, one, gpu_key, remat), label, session)
@@ -184,7 +187,7 @@ def request_max_batch(spec: ModelSpec, config: TrainingConfig, gpu_key: str, rem
     """Queues ``calc.xla.plan_max_batch``: the largest one-device batch whose plan takes at most
     ``plan_budget_bytes``, starting from ``start`` (the walk's answer); several compiles."""
     if not compiles_enabled():
-        return f"compiles are off on this server ({COMPILES_ENV}=off)"
+        return tr("compiles are off on this server ({env}=off)", env=COMPILES_ENV)
     one = one_device(config)
     return JOBS.submit(max_batch_key(spec, config, gpu_key, remat, plan_budget_bytes),
                        lambda: xla.plan_max_batch(spec, one, gpu_key, plan_budget_bytes, start, remat),

@@ -14,9 +14,11 @@ from typing import Callable, Hashable
 import streamlit as st
 
 from calc import xla
-from calc.gpus import GPU_PRESETS
+from calc.gpus import GPU_PRESETS, GpuPreset
+from calc.types import ModelProfile
 from calc.xla import XlaMaxBatch, XlaPlan
 from dashboard import views, xla_jobs
+from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.state import Inputs
 from dashboard.xla_jobs import JOBS, Job
@@ -64,18 +66,25 @@ def xla_state(inputs: Inputs, view: views.EstimateView) -> XlaState:
         return state
     reason = views.xla_reason(inputs)
     if reason is None and (missing := xla.unavailable_reason()) is not None:
-        reason = f"No XLA plan on this server: {missing}; this shows the graph-executor walk (jit_compile=False)."
+        reason = tr("No XLA plan on this server: {reason}; this shows the graph-executor walk (jit_compile=False).",
+                    reason=missing)
     if reason is not None:
         state.notes.append(("info", reason))
         return state
     session = session_id()
     spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
     config, remat, gpu_key = views.config_of(inputs), views.remat_mode(inputs), inputs.gpu
-    what = f"{spec.name} {spec.height}x{spec.width}, batch {config.per_replica_batch} for {GPU_PRESETS[gpu_key].name}"
+    what = dict(model=spec.name, height=spec.height, width=spec.width, batch=config.per_replica_batch,
+                gpu=GPU_PRESETS[gpu_key].name)
     wants: list[Want] = []
 
     def plan_want(mode: str) -> Want:
-        label = what + (f", remat {mode}" if mode else (", without remat" if remat else ""))
+        if mode:
+            label = tr("{model} {height}x{width}, batch {batch} for {gpu}, remat {mode}", mode=mode, **what)
+        elif remat:
+            label = tr("{model} {height}x{width}, batch {batch} for {gpu}, without remat", **what)
+        else:
+            label = tr("{model} {height}x{width}, batch {batch} for {gpu}", **what)
         return Want(xla_jobs.plan_key(spec, config, gpu_key, mode), label,
                     lambda s: xla_jobs.request_plan(spec, config, gpu_key, mode, label, s),
                     "plan" if mode == remat else "base")
@@ -89,9 +98,14 @@ def xla_state(inputs: Inputs, view: views.EstimateView) -> XlaState:
             wants.append(plan_want(""))
 
     budget = views.plan_budget_bytes(view)
-    search_key = xla_jobs.max_batch_key(spec, config, gpu_key, remat, budget)
-    search_label = (f"the largest batch of {spec.name} {spec.height}x{spec.width} for {GPU_PRESETS[gpu_key].name}"
-                    + (f", remat {remat}" if remat else "") + " (a search over several compiles)")
+    search_key = _search_key(inputs, budget)
+    if remat:
+        search_label = tr("the largest batch of {model} {height}x{width} for {gpu}, remat {mode} (a search over several "
+                          "compiles)", model=spec.name, height=spec.height, width=spec.width,
+                          gpu=GPU_PRESETS[gpu_key].name, mode=remat)
+    else:
+        search_label = tr("the largest batch of {model} {height}x{width} for {gpu} (a search over several compiles)",
+                          model=spec.name, height=spec.height, width=spec.width, gpu=GPU_PRESETS[gpu_key].name)
     search = Want(search_key, search_label, lambda s: xla_jobs.request_max_batch(
         spec, config, gpu_key, remat, budget, max(1, view.max_batch // inputs.num_gpus), search_label, s), "search")
     job = JOBS.get(search_key)
@@ -113,9 +127,13 @@ def xla_state(inputs: Inputs, view: views.EstimateView) -> XlaState:
         else:
             waiting.append(want)  # queued, running, or refused for now (the session's cap): the fragment retries
     if off:
-        state.notes.append(("info", f"XLA compiles are off on this server ({xla_jobs.COMPILES_ENV}=off), and no "
-                                    f"shipped or cached plan is known for {'; '.join(off)}"
-                                    + ("; this shows the graph-executor walk." if state.plan is None else ".")))
+        if state.plan is None:
+            note = tr("XLA compiles are off on this server ({env}=off), and no shipped or cached plan is known for "
+                      "{what}; this shows the graph-executor walk.", env=xla_jobs.COMPILES_ENV, what="; ".join(off))
+        else:
+            note = tr("XLA compiles are off on this server ({env}=off), and no shipped or cached plan is known for "
+                      "{what}.", env=xla_jobs.COMPILES_ENV, what="; ".join(off))
+        state.notes.append(("info", note))
     state.waiting = tuple(waiting)
 
     known = xla_jobs.known_plan_peaks(spec, config, gpu_key, remat,
@@ -128,12 +146,33 @@ def xla_state(inputs: Inputs, view: views.EstimateView) -> XlaState:
     return state
 
 
+def _search_key(inputs: Inputs, budget_bytes: int) -> Hashable:
+    spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
+    return xla_jobs.max_batch_key(spec, views.config_of(inputs), inputs.gpu, views.remat_mode(inputs), budget_bytes)
+
+
+def largest_batch(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> int:
+    """The global largest batch the Estimator shows for these inputs, without queueing anything: XLA's,
+    where this step's plan is known and a search over plans has finished, else the walk's."""
+    fit = views.fit_of(profile, inputs, gpu)
+    if inputs.step != "xla" or views.xla_reason(inputs) is not None or xla.unavailable_reason() is not None:
+        return fit.max_batch
+    spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
+    if xla_jobs.known_plan(spec, views.config_of(inputs), inputs.gpu, views.remat_mode(inputs)) is None:
+        return fit.max_batch
+    job = JOBS.get(_search_key(inputs, fit.usable_bytes - gpu.overhead_bytes))
+    if job is not None and isinstance(job.result, XlaMaxBatch):
+        return job.result.max_batch * inputs.num_gpus
+    return fit.max_batch
+
+
 def _failure_note(want: Want, error: str) -> tuple[str, str]:
     if want.kind == "search":
-        return "warning", f"The search for the largest batch over XLA plans failed: {error}."
+        return "warning", tr("The search for the largest batch over XLA plans failed: {error}.", error=error)
     if want.kind == "base":
-        return "info", f"No XLA plan without remat ({error}), so remat's saving is not shown."
-    return "warning", f"No XLA plan for this step: {error}. This shows the graph-executor walk (jit_compile=False)."
+        return "info", tr("No XLA plan without remat ({error}), so remat's saving is not shown.", error=error)
+    return "warning", tr("No XLA plan for this step: {error}. This shows the graph-executor walk (jit_compile=False).",
+                         error=error)
 
 
 def _want_max_batch(key: Hashable) -> None:
@@ -145,31 +184,37 @@ def show_xla_notes(state: XlaState) -> None:
     for level, text in state.notes:
         {"info": st.info, "warning": st.warning}.get(level, st.caption)(text)
     if state.waiting:
-        _progress(state.waiting, session_id())
+        _progress(state.waiting, session_id(), language())
     if state.max_batch_want is not None:
-        st.button("Find the largest batch with compiles", key="xla_max_batch", on_click=_want_max_batch,
+        st.button(tr("Find the largest batch with compiles"), key="xla_max_batch", on_click=_want_max_batch,
                   args=(state.max_batch_want.key,),
-                  help="Searches XLA plans from the walk's answer (a few compiles of 15-120 s each, in the "
-                       "background); until then the largest batch shown is the graph-executor walk's.")
+                  help=tr("Searches XLA plans from the walk's answer (a few compiles of 15-120 s each, in the "
+                          "background); until then the largest batch shown is the graph-executor walk's."))
 
 
-def progress_text(job: Job, ahead: int) -> str:
+def progress_text(job: Job, ahead: int, label: str | None = None) -> str:
+    """The job's progress; ``label``: what this session calls it (a job is shared, its own label
+    is in the language of the session that queued it)."""
+    what = job.label if label is None else label
     if job.running:
-        return (f"Compiling with XLA: {job.label}; {job.elapsed_s():.0f} s so far (a compile takes 15-120 s here). "
-                "The page updates when it is done.")
-    return f"Queued for XLA: {job.label}; {ahead} compile{'s' if ahead != 1 else ''} ahead of it."
+        return tr("Compiling with XLA: {what}; {seconds:.0f} s so far (a compile takes 15-120 s here). "
+                  "The page updates when it is done.", what=what, seconds=job.elapsed_s())
+    if ahead == 1:
+        return tr("Queued for XLA: {what}; {ahead} compile ahead of it.", what=what, ahead=ahead)
+    return tr("Queued for XLA: {what}; {ahead} compiles ahead of it.", what=what, ahead=ahead)
 
 
 @st.fragment(run_every=1.0)
-def _progress(wants: tuple[Want, ...], session: str) -> None:
+def _progress(wants: tuple[Want, ...], session: str, lang: str = "en") -> None:
+    set_language(lang)  # a fragment's rerun runs without app.py, maybe in a fresh thread
     finished = False
     for want in wants:
         job = want.submit(session)  # the job, or one refused at the session's cap queued now if it can be
         if isinstance(job, str):
-            st.caption(f"{want.label}: {job}.")
+            st.caption(tr("{what}: {reason}.", what=want.label, reason=job))
         elif job.done:
             finished = True
         else:
-            st.info(progress_text(job, JOBS.place(job)))
+            st.info(progress_text(job, JOBS.place(job), want.label))
     if finished:
         st.rerun()  # the whole page, which now finds the answer

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
+from dashboard.i18n import tr
 from dashboard.loaders import accuracy_line, caveat_records, own_model_record, xla_line
 from dashboard.pagekit import inputs_and_profile
 from dashboard.plain import plain
@@ -12,7 +13,7 @@ from dashboard.widgets import gpu_of
 from dashboard.xla_step import show_xla_notes, xla_state
 
 ensure_routed()
-st.title("How much GPU memory will this training step take?")
+st.title(tr("How much GPU memory will this training step take?"))
 inputs, profile = inputs_and_profile()
 gpu = gpu_of(inputs)
 try:
@@ -29,6 +30,8 @@ c1.metric(shown.peak_label, views.fmt(shown.peak_bytes, inputs), delta=views.rem
 c2.metric(f"{gpu.name}", views.fmt(shown.capacity_bytes, inputs))
 c3.metric(shown.max_batch_label, f"{shown.max_batch:,}")
 (st.success if shown.fits else st.error)(views.verdict(shown, inputs))
+if inputs.num_gpus > 1:
+    st.caption(views.per_gpu_caption(inputs))
 show_xla_notes(xla)
 if (remat := views.remat_line(shown, inputs)) is not None:
     st.caption(remat)
@@ -41,8 +44,8 @@ if shown.step == "graph":  # the walk's caveats: TensorFlow's allocator and exec
     if (own := views.own_model_note(inputs, own_model_record())) is not None:
         st.warning(own)
     if view.unknown_layer_types:
-        st.warning("Layer types without a rule, counted as keeping input and output: "
-                   + plain(", ".join(view.unknown_layer_types)))
+        st.warning(tr("Layer types without a rule, counted as keeping input and output: {types}",
+                      types=plain(", ".join(view.unknown_layer_types))))
 
 divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)
@@ -52,9 +55,9 @@ right.plotly_chart(figures.curve_figure(view.curve_batches, view.curve_bytes, vi
                                         inputs.batch_size, shown.max_batch, divisor, inputs.unit, shown.plan_points,
                                         shown.max_batch_from_plan), key="curve_chart")
 right.caption(views.curve_caption(shown))
-table = pd.DataFrame(views.breakdown_table(shown))
+table = pd.DataFrame(views.shown_table(views.breakdown_table(shown)))
 st.dataframe(table, hide_index=True)
 d1, d2 = st.columns(2)
-d1.download_button("Breakdown as CSV", table.to_csv(index=False), "breakdown.csv", "text/csv", key="dl_breakdown_csv")
-d2.download_button("Breakdown as JSON", json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(shown)}),
+d1.download_button(tr("Breakdown as CSV"), table.to_csv(index=False), "breakdown.csv", "text/csv", key="dl_breakdown_csv")
+d2.download_button(tr("Breakdown as JSON"), json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(shown)}),
                    "breakdown.json", "application/json", key="dl_breakdown_json")

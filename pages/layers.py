@@ -4,31 +4,34 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, views
+from dashboard.i18n import tr
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 
 ensure_routed()
-st.title("Where the memory goes, layer by layer")
+st.title(tr("Where the memory goes, layer by layer"))
 inputs, profile = inputs_and_profile()
 rows = views.layer_rows(profile, inputs)
+share = tr("share of kept")
 table = pd.DataFrame([r.__dict__ for r in rows]).rename(columns={
-    "name": "layer", "layer_type": "type", "output_shape": "output shape",
-    "kept_bytes_per_sample": "bytes kept per sample", "share": "share of kept"})
-st.caption(f"{len(rows)} layer calls, {profile.total_params:,} parameters ({profile.trainable_params:,} trainable "
-           "when everything is trained). 'Bytes kept per sample' is what the backward pass holds for one image.")
-st.dataframe(table, hide_index=True, column_config={"share of kept": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1, width="medium")})
+    "name": tr("layer"), "layer_type": tr("type"), "output_shape": tr("output shape"), "params": tr("params"),
+    "kept_bytes_per_sample": tr("bytes kept per sample"), "share": share})
+st.caption(tr("{calls} layer calls, {params:,} parameters ({trainable:,} trainable when everything is trained). "
+              "'Bytes kept per sample' is what the backward pass holds for one image.",
+              calls=len(rows), params=profile.total_params, trainable=profile.trainable_params))
+st.dataframe(table, hide_index=True, column_config={share: st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1, width="medium")})
 d1, d2 = st.columns(2)
-d1.download_button("Layers as CSV", table.to_csv(index=False), "layers.csv", "text/csv", key="dl_layers_csv")
-d2.download_button("Layers as JSON", json.dumps([r.__dict__ for r in rows]), "layers.json", "application/json",
+d1.download_button(tr("Layers as CSV"), table.to_csv(index=False), "layers.csv", "text/csv", key="dl_layers_csv")
+d2.download_button(tr("Layers as JSON"), json.dumps([r.__dict__ for r in rows]), "layers.json", "application/json",
                    key="dl_layers_json")
 
 divisor = views.unit_divisor(inputs)
 heaviest = views.heaviest_layers(rows, 15)
-st.subheader("Heaviest layers")
+st.subheader(tr("Heaviest layers"))
 st.plotly_chart(figures.layers_figure([r.name for r in heaviest], [r.kept_bytes_per_sample for r in heaviest],
                                       divisor, inputs.unit), key="layers_chart")
-st.subheader(f"Memory over one training step (batch {inputs.batch_size})")
-st.caption("Rises through the forward pass as activations are kept, peaks near the start of the backward pass, "
-           "falls as each layer's backward releases what it kept.")
+st.subheader(tr("Memory over one training step (batch {batch})", batch=inputs.batch_size))
+st.caption(tr("Rises through the forward pass as activations are kept, peaks near the start of the backward pass, "
+              "falls as each layer's backward releases what it kept."))
 phases, totals = views.timeline_series(profile, inputs)
 st.plotly_chart(figures.timeline_figure(phases, totals, divisor, inputs.unit), key="timeline_chart")

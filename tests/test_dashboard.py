@@ -216,10 +216,12 @@ def test_layers_table_shares_sum_to_one():
     assert (df["bytes kept per sample"] >= 0).all()
 
 
-def test_formula_reproduces_seed_000():
+def test_formula_reproduces_the_sources_worked_examples():
     at = app(page="pages/formula.py")
     text = " ".join(m.value for m in at.markdown)
     assert "2,083,672,896 bytes" in text and "742.34 MB" in text and "6,297,168 bytes" in text
+    shown = text + " ".join(c.value for c in at.caption) + " ".join(h.value for h in at.header)
+    assert "seed" not in shown.lower() and "product(s)" not in shown
 
 
 def _saved_model_bytes(tmp_path, lam=False, ext=".keras"):
@@ -333,20 +335,102 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
                                                    safety_margin=0.05, limit=1 << 16)
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "adadelta"])
-def test_formula_terms_add_up_to_the_peak(optimizer):
+def _latex_terms(at) -> list[float]:
+    """The signed values of the Formula page's sum, its total last."""
     import re
 
+    substituted = next(l.value for l in at.latex if "M_{peak} &= " in l.value)
+    return [float(sign.replace(" ", "") + value) for sign, value in
+            re.findall(r"([-+] )?(\d+\.\d+)\\,\\mathrm\{GiB\}", substituted)]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "adadelta"])
+def test_formula_terms_are_their_arithmetic_and_add_up_to_the_peak(optimizer):
+    from calc.facts.optimizers import slots_per_variable
+
     at = app({**SMALL, "optimizer": optimizer}, page="pages/formula.py")
-    substituted = next(l.value for l in at.latex if "M_{peak} = " in l.value and "GiB" in l.value)
-    numbers = [float(x) for x in re.findall(r"(\d+\.\d+)\s*\\,\\mathrm\{GiB\}", substituted)]
-    *terms, total = numbers
+    *terms, total = _latex_terms(at)
     profile = get_profile(make_spec("MobileNetV2", 224))
-    b = estimate_memory(profile, dashboard_config(batch_size=16, optimizer=optimizer))
-    assert len(terms) == len(b.components())  # every component is on the page
+    config = dashboard_config(batch_size=16, optimizer=optimizer)
+    b = estimate_memory(profile, config)
+    gib = 1024**3
+    # W, S and X are printed as products; each shown value is that product, worked out here.
+    weights = profile.total_params * 4
+    slots = slots_per_variable(config.optimizer, config.optimizer_options, 1)
+    state = slots * profile.trainable_params * 4
+    batch = 16 * (224 * 224 * 3 * 4 + profile.label_elements * 8)
+    assert terms[0] == round(weights / gib, 3) and terms[1] == round(state / gib, 3) and terms[6] == round(batch / gib, 3)
+    text = " ".join(m.value for m in at.markdown)
+    assert f"{profile.total_params:,} × 4 B → **{weights / gib:.3f} GiB**" in text
+    # The allocator's rounding is a term of its own: W + S + X as the walk counts them, less the products.
+    rounding = b.weights_bytes + b.optimizer_state_bytes + b.input_batch_bytes - weights - state - batch
+    assert terms[7] == round(rounding / gib, 3) or terms[7] == -round(-rounding / gib, 3)
+    assert len(terms) == len(b.components()) + 1
     assert abs(sum(terms) - total) <= 0.0005 * len(terms)  # rounding of the shown terms only
     assert total == round(b.peak_bytes / 1024**3, 3)
 
+
+@pytest.mark.parametrize("params", [{}, {"num_gpus": "2", "batch_size": "32"}, {"step": "graph", "margin": "20"}])
+def test_formula_says_the_estimators_largest_batch(params):
+    import re
+
+    link = {**SMALL, **params}
+    estimator = metric(app(link), "Largest batch that fits")
+    formula = app(link, page="pages/formula.py")
+    text = " ".join(m.value for m in formula.markdown)
+    assert re.search(r"Largest batch that fits .*\*\*" + re.escape(estimator) + r"\*\*", text)
+    assert f"this tool says **{estimator}**" in text
+    if "num_gpus" in params:
+        assert any("Every term, peak and measurement on this page is one GPU's" in i.value for i in formula.info)
+
+
+def test_formula_compares_with_a_measurement_of_one_device_on_the_chosen_kernels():
+    from calc.validation import GPU_TF_DATA, load_measurements
+
+    h100 = {c["case"]: c["peak_bytes"] for c in load_measurements(GPU_TF_DATA)["cases"] if "peak_bytes" in c}
+    cpu = {c["case"]: c["peak_bytes"] for c in load_measurements()["cases"] if "peak_bytes" in c}
+    case = "MobileNetV2-224x224x3-top1000 b32 adam float32"
+
+    def rows(params):
+        at = app({**SMALL, **params}, page="pages/formula.py")
+        return {r["rule"]: r["bytes"] for r in at.dataframe[0].value.to_dict("records")}
+
+    # Two GPUs at a global 64: each runs batch 32, which an H100 measured alone.
+    two = rows({"batch_size": "64", "num_gpus": "2"})
+    measured = next(k for k in two if k.startswith("Measured"))
+    assert "H100" in measured and "batch 32" in measured and two[measured] == h100[case]
+    # Two GPUs at a global 32 (16 each): nothing of that was measured, so no row.
+    assert not any(k.startswith("Measured") for k in rows({"batch_size": "32", "num_gpus": "2"}))
+    on_cpu = rows({"batch_size": "32", "device": "cpu"})
+    measured = next(k for k in on_cpu if k.startswith("Measured"))
+    assert "CPU" in measured and on_cpu[measured] == cpu[case] != h100[case]
+
+
+def test_presentation_mode_reveals_one_term_at_a_time_and_hands_out_the_same_lesson():
+    at = app({**SMALL, "present": "true"}, page="pages/formula.py")
+    assert len([m for m in at.markdown if m.value.startswith("- **")]) == 1
+    assert not at.dataframe  # the rules come after the last term
+    at.button(key="present_next").click().run()
+    assert len([m for m in at.markdown if m.value.startswith("- **")]) == 2
+    at.button(key="present_all").click().run()
+    assert len([m for m in at.markdown if m.value.startswith("- **")]) == 9
+    assert any("Largest batch that fits" in m.value for m in at.markdown)
+    at.toggle(key="present").set_value(False).run()
+    assert at.dataframe and at.query_params["present"] == "False"
+
+
+def test_the_handout_holds_every_term_with_its_value_and_shows_text_as_text():
+    from dashboard import lesson
+
+    inputs = Inputs(model="MobileNetV2", batch_size=16)
+    profile = get_profile(make_spec("MobileNetV2", 224))
+    n = lesson.formula_numbers(profile, inputs, GPU_PRESETS["t4"], None)
+    terms = lesson.terms(n, inputs)
+    html = lesson.handout_html(n, inputs, terms, "<img src=x onerror=alert(1)>")
+    assert "<img" not in html and "&lt;img src=x" in html
+    for term in terms:
+        assert f"<td class=n>{lesson.fmt(term.nbytes, inputs, 3)}</td>" in html
+    assert sum(t.nbytes for t in terms) == n.breakdown.peak_bytes
 
 
 def test_formula_names_the_float16_kernel_buffers_of_the_peak_layer():
@@ -554,7 +638,7 @@ def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
     assert not [m for m in at.metric if m.label.startswith("Predicted peak")]
     needed, usable = plan.peak_bytes + gpu.overhead_bytes, int(gpu.memory_bytes * 0.95)
     assert needed > usable and at.error and at.error[0].value.startswith("Does not fit")
-    assert f"needs {fmt(needed, Inputs())}" in at.error[0].value
+    assert f"framework overhead (CUDA context, libraries) = {fmt(needed, Inputs())}" in at.error[0].value
     # The largest batch is the walk's until compiles search it, and says so.
     _, _, _, best = engine_max_batch()
     assert metric(at, "Largest batch that fits (graph-executor walk)") == f"{best:,}"
@@ -705,6 +789,9 @@ def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeyp
     assert metric(at, "Largest batch that fits (XLA plans, compiled)") == f"{expected:,}"
     points = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan (compiled)")
     assert expected in points["x"] and expected + 1 in points["x"]
+    # The Formula page gives the same answer once the search is done.
+    at.switch_page("pages/formula.py").run()
+    assert f"**{expected:,}**." in next(m.value for m in at.markdown if "Largest batch that fits" in m.value)
 
 
 def test_every_page_says_which_step_its_numbers_describe():
