@@ -18,6 +18,8 @@ from dashboard.plain import plain
 
 MAX_BATCH = 65536
 MAX_QUERY_VALUE_CHARS = 64
+MAX_COMPARED = 6  # models on the Compare page
+MAX_LIST_CHARS = 256  # a comma-separated list in the link (6 model names, or every GPU preset)
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Inputs:
     remat: str = "none"  # keras.RematScope mode of the XLA step (calc.xla.REMAT_MODES)
     lang: str = "en"  # the interface's language (dashboard.i18n.LANGUAGES)
     present: bool = False  # the Formula page's presentation mode (dashboard.presentation)
+    models: str = ""  # the Compare page's models, comma-separated ("": its defaults)
+    gpus: str = ""  # the Compare page's GPU presets, comma-separated ("": its defaults)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -76,10 +80,24 @@ def _choice(name: str, text: str, options: list[str]) -> str:
     return text
 
 
+def _names(text: str, name_of, most: int) -> str:
+    """A comma-separated list, each item checked (``name_of`` raises on an unknown one), without repeats."""
+    names = list(dict.fromkeys(name_of(item.strip()) for item in text.split(",") if item.strip()))
+    if len(names) > most:
+        raise ValueError(f"at most {most}")
+    return ",".join(names)
+
+
 def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     """Turns query parameters into ``Inputs``; bad values become defaults plus a warning."""
+    inputs, warnings = parse_query_by_key(params)
+    return inputs, [text for _, text in warnings]
+
+
+def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, str]]]:
+    """``parse_query``, each warning with the input it is about."""
     values = asdict(DEFAULTS)
-    warnings: list[str] = []
+    warnings: list[tuple[str, str]] = []
     parsers = {
         "source": lambda t: _choice("source", t, SOURCES),
         "model": lambda t: lookup(t).name,
@@ -104,20 +122,22 @@ def parse_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         "remat": lambda t: _choice("remat", t, REMATS),
         "lang": lambda t: _choice("lang", t, list(LANGUAGES)),
         "present": lambda t: _bool("present", t),
+        "models": lambda t: _names(t, lambda n: lookup(n).name, MAX_COMPARED),
+        "gpus": lambda t: _names(t, lambda k: _choice("gpus", k, list(GPU_PRESETS)), len(GPU_PRESETS)),
     }
     for key, raw in params.items():
         if key not in parsers:
             continue  # unrelated parameters are left alone
-        text = str(raw)[:MAX_QUERY_VALUE_CHARS]
+        text = str(raw)[:MAX_LIST_CHARS if key in ("models", "gpus") else MAX_QUERY_VALUE_CHARS]
         try:
             values[key] = parsers[key](text)
         except (ValueError, TypeError, OverflowError):
-            warnings.append(tr("Ignored {key}={value} from the link: using {default!r}.", key=key,
-                               value=plain(repr(text)), default=values[key]))
+            warnings.append((key, tr("Ignored {key}={value} from the link: using {default!r}.", key=key,
+                                     value=plain(repr(text)), default=values[key])))
     inputs = Inputs(**values)
     if inputs.batch_size % inputs.num_gpus:
-        warnings.append(tr("batch_size {batch_size} is not divisible by num_gpus {num_gpus}: using 1 GPU.",
-                           batch_size=inputs.batch_size, num_gpus=inputs.num_gpus))
+        warnings.append(("num_gpus", tr("batch_size {batch_size} is not divisible by num_gpus {num_gpus}: using 1 GPU.",
+                                        batch_size=inputs.batch_size, num_gpus=inputs.num_gpus)))
         inputs = replace(inputs, num_gpus=1)
     return inputs, warnings
 

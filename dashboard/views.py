@@ -331,6 +331,20 @@ def timeline_series(profile: ModelProfile, inputs: Inputs) -> tuple[list[str], l
     return [p for p, _ in moments], [t for _, t in moments]
 
 
+COMPARED_GPUS = ("t4", "a10", "a100-40", "h100-80")
+
+
+def compared_models(inputs: Inputs) -> list[str]:
+    """The Compare page's models: the link's, else the sidebar's model and one other."""
+    if inputs.models:
+        return inputs.models.split(",")
+    return [inputs.model, "EfficientNetB0" if inputs.model != "EfficientNetB0" else "ResNet50"]
+
+
+def compared_gpus(inputs: Inputs) -> list[str]:
+    return inputs.gpus.split(",") if inputs.gpus else list(COMPARED_GPUS)
+
+
 def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inputs: Inputs) -> list[dict[str, object]]:
     """Largest batch that fits, models x GPUs ("which card do I need?")."""
     config = config_of(inputs)

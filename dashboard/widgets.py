@@ -23,6 +23,7 @@ from dashboard.state import (
     UNITS,
     Inputs,
     parse_query,
+    parse_query_by_key,
 )
 
 SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "sigmoid", "tanh", "hard_silu"]
@@ -49,8 +50,7 @@ def sidebar_inputs() -> Inputs:
     # the saved copy covers values Streamlit already dropped.
     for name, value in st.session_state["_saved"].items():
         st.session_state[name] = st.session_state[name] if name in st.session_state else value
-    for warning in parse_query(st.session_state["_link"])[1]:  # read again: in the language chosen now
-        st.warning(warning)
+    show_link_warnings()
     sb = st.sidebar
     # Option labels in this run's language, looked up rather than translated when shown:
     # Streamlit may format an option outside the script's thread, where the language is not set.
@@ -114,6 +114,27 @@ def sidebar_inputs() -> Inputs:
     return inputs
 
 
+
+
+def show_link_warnings() -> None:
+    """The link's bad values, each until the visitor sets that input (then it is theirs, not the link's).
+
+    Read again on every run, so that they are in the language chosen now.
+    """
+    fallback, warnings = parse_query_by_key(st.session_state["_link"])
+    settled = st.session_state.setdefault("_settled", set())
+    for key, text in warnings:
+        if key not in settled and st.session_state.get(key, getattr(fallback, key)) != getattr(fallback, key):
+            settled.add(key)
+        if key not in settled:
+            st.warning(text)
+
+
+def remember(name: str, value: object) -> None:
+    """An input set outside the sidebar (the Compare page's lists): kept across pages and in the link."""
+    st.session_state[name] = value
+    st.session_state["_saved"][name] = value
+    st.query_params[name] = str(value)
 
 
 def gpu_of(inputs: Inputs) -> GpuPreset:

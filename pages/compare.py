@@ -7,17 +7,19 @@ from dashboard.i18n import tr
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
-from dashboard.state import MODELS
-from dashboard.widgets import sidebar_inputs
+from dashboard.state import MAX_COMPARED, MODELS
+from dashboard.widgets import remember, sidebar_inputs
 
-MAX_MODELS = 6
+GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
 ensure_routed()
 st.title(tr("Compare models and GPUs"))
 inputs = sidebar_inputs()
-models = st.multiselect(tr("Models"), MODELS, default=[inputs.model, "EfficientNetB0"] if inputs.model != "EfficientNetB0"
-                        else [inputs.model, "ResNet50"], max_selections=MAX_MODELS, key="compare_models")
-gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=["t4", "a10", "a100-40", "h100-80"],
-                          format_func=lambda k: GPU_PRESETS[k].name, key="compare_gpus")
+models = st.multiselect(tr("Models"), MODELS, default=views.compared_models(inputs), max_selections=MAX_COMPARED,
+                        key="compare_models")
+gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_gpus(inputs),
+                          format_func=GPU_NAMES.get, key="compare_gpus")
+remember("models", ",".join(models))  # in the link, and kept when the visitor comes back to this page
+remember("gpus", ",".join(gpu_keys))
 st.caption(tr("Same training setup as the sidebar: image {size}px, {optimizer}, {precision}, {device} kernels, "
               "{train_mode}, safety margin {margin}%. Every number is the graph-executor walk (`jit_compile=False`); "
               "the Estimator shows XLA's plan of the compiled step, one model and card at a time.",

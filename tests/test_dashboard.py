@@ -832,3 +832,31 @@ def test_a_failed_compile_is_one_line_and_the_walk_stays(monkeypatch):
     assert [w.value for w in at.warning] == ["No XLA plan for this step: XLA could not compile this step: out of "
                                              "registers. This shows the graph-executor walk (jit_compile=False)."]
     assert metric(at, "Predicted peak (graph executor)")
+
+
+def test_compare_keeps_its_models_and_gpus_in_the_link_and_across_pages():
+    at = app({**SMALL, "models": "ResNet50,VGG16", "gpus": "t4,h100-80"}, page="pages/compare.py")
+    assert at.multiselect(key="compare_models").value == ["ResNet50", "VGG16"]
+    assert at.multiselect(key="compare_gpus").value == ["t4", "h100-80"]
+    assert [c for c in at.dataframe[0].value.columns][-2:] == [GPU_PRESETS["t4"].name, GPU_PRESETS["h100-80"].name]
+    at.multiselect(key="compare_models").select("MobileNetV2").run()
+    assert at.query_params["models"] == "ResNet50,VGG16,MobileNetV2"
+    at.switch_page("pages/estimator.py").run()
+    at.switch_page("pages/compare.py").run()
+    assert at.multiselect(key="compare_models").value == ["ResNet50", "VGG16", "MobileNetV2"]
+    assert at.query_params["gpus"] == "t4,h100-80"
+    # A bad list in a link falls back to the page's choice, with the one-line warning.
+    bad = app({**SMALL, "models": "ResNet50,NoSuchNet"}, page="pages/compare.py")
+    assert any("Ignored models=" in w.value for w in bad.warning)
+    assert bad.multiselect(key="compare_models").value == ["MobileNetV2", "EfficientNetB0"]
+
+
+def test_a_warning_about_a_link_value_goes_once_the_visitor_sets_it():
+    at = app({**SMALL, "batch_size": "abc", "optimizer": "nope"})
+    assert sum("Ignored" in w.value for w in at.warning) == 2
+    at.number_input(key="batch_size").set_value(24).run()
+    assert [w.value for w in at.warning if "Ignored" in w.value] == [
+        next(w.value for w in at.warning if "optimizer" in w.value)]
+    at.selectbox(key="optimizer").set_value("sgd").run()
+    at.switch_page("pages/layers.py").run()
+    assert not any("Ignored" in w.value for w in at.warning)
