@@ -249,15 +249,21 @@ def symbols_latex(terms: list[Term]) -> str:
     return r"M_{peak} = " + " + ".join(t.symbol for t in terms)
 
 
-def term_markdown(term: Term, inputs: Inputs) -> str:
-    return f"- **{_plain_symbol(term.symbol)}, {term.name}**: {term.how} → **{fmt(term.nbytes, inputs, 3)}**."
+def _shown(nbytes: int, inputs: Inputs | None) -> str:
+    """In the chosen unit; ``inputs`` None: in bytes, every digit (the hand-worked example)."""
+    return f"{nbytes:,} B" if inputs is None else fmt(nbytes, inputs, 3)
 
 
-def _latex_value(nbytes: int, inputs: Inputs) -> str:
-    return fmt(abs(nbytes), inputs, 3).replace(" GiB", r"\,\mathrm{GiB}").replace(" GB", r"\,\mathrm{GB}")
+def term_markdown(term: Term, inputs: Inputs | None) -> str:
+    return f"- **{_plain_symbol(term.symbol)}, {term.name}**: {term.how} → **{_shown(term.nbytes, inputs)}**."
 
 
-def sum_latex(terms: list[Term], total_bytes: int | None, inputs: Inputs, per_line: int = 3) -> str:
+def _latex_value(nbytes: int, inputs: Inputs | None) -> str:
+    return (_shown(abs(nbytes), inputs).replace(",", "{,}").replace(" GiB", r"\,\mathrm{GiB}")
+            .replace(" GB", r"\,\mathrm{GB}").replace(" B", r"\,\mathrm{B}"))
+
+
+def sum_latex(terms: list[Term], total_bytes: int | None, inputs: Inputs | None, per_line: int = 3) -> str:
     """The sum with the user's numbers, ``per_line`` terms a line so that it fits a projected page;
     ``total_bytes`` None: the terms revealed so far, the rest to come."""
     parts = []
@@ -362,3 +368,66 @@ def _cell(value: object, inputs: Inputs) -> str:
     if isinstance(value, int):
         return f"{value:,} B ({fmt(value, inputs, 3)})"
     return str(value)
+
+
+# A model small enough to work out by hand: the Keras MNIST convnet, shipped in calc/data/models
+# and measured on a CPU in the validation set (calc/data/validation_custom_cpu.json).
+HAND_MODEL = "calc/data/models/mnist_cnn.keras"
+HAND_CASE = "mnist_cnn.keras b128 adam float32"  # its case in the validation set
+HAND_CONFIG = dict(batch_size=128, optimizer="adam", precision="float32", device="cpu", source="upload",
+                   step="graph", num_gpus=1)
+
+
+@dataclass(frozen=True)
+class HandRow:
+    layer: str
+    output_shape: str
+    values_per_sample: str  # the product, written out
+    weights: str  # each weight's elements, added
+    params: int
+    kept_per_sample: int  # bytes the backward pass keeps of it, per sample
+
+
+@dataclass(frozen=True)
+class HandExample:
+    rows: list[HandRow]
+    numbers: FormulaNumbers
+    terms: list[Term]
+    inputs: Inputs
+
+
+def hand_example(profile: ModelProfile, measured_bytes: int, gpu: GpuPreset) -> HandExample:
+    """The small model's layers with their arithmetic, and the lesson's terms for its measured step."""
+    inputs = replace(Inputs(), **HAND_CONFIG)
+    measured = Measurement(measured_bytes, Device.CPU, inputs.batch_size)
+    kept = plan_step(profile, config_of(inputs)).kept_per_sample
+    rows = [HandRow(layer.name + " (" + layer.layer_type + ")",
+                    " + ".join("(" + ", ".join(["B", *map(str, s)]) + ")" for s in layer.output_shapes),
+                    _product(layer.output_shapes[0]),
+                    " + ".join(f"{e:,}" for e in (*layer.trainable_weight_elements,
+                                                  *layer.non_trainable_weight_elements)) or "0",
+                    layer.params, k)
+            for layer, k in zip(profile.layers, kept)]
+    numbers = formula_numbers(profile, inputs, gpu, measured)
+    return HandExample(rows, numbers, terms(numbers, inputs), inputs)
+
+
+def _product(shape: tuple[int, ...]) -> str:
+    from math import prod
+
+    return f"{prod(shape):,}" if len(shape) == 1 else " × ".join(map(str, shape)) + f" = {prod(shape):,}"
+
+
+def hand_rows(example: HandExample) -> list[dict[str, object]]:
+    return [{tr("layer"): r.layer, tr("output"): r.output_shape, tr("values per sample"): r.values_per_sample,
+             tr("weights (elements)"): r.weights, tr("parameters"): r.params,
+             tr("bytes kept per sample"): r.kept_per_sample} for r in example.rows]
+
+
+def hand_measured_markdown(example: HandExample) -> str:
+    n = example.numbers
+    peak, measured = n.breakdown.peak_bytes, n.measured_bytes or 0
+    return tr("The engine: **{peak:,} B**; TensorFlow measured **{measured:,} B** on a CPU for this step "
+              "(batch {batch}, `adam`, float32: the median of its fresh runs), so the estimate is "
+              "{error:+.1%} off.", peak=peak, measured=measured, batch=n.batch,
+              error=(peak - measured) / measured)

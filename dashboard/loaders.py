@@ -179,3 +179,19 @@ def xla_line(step: str = "graph") -> str:
               executor_under=executor["worst_under_prediction"], executor_over=executor["worst_over_prediction"],
               xla_cases=xla["cases"], xla_median=xla["median_abs_error"], xla_under=xla["worst_under_prediction"],
               xla_over=xla["worst_over_prediction"])
+
+
+@st.cache_resource(show_spinner=False)
+def load_hand_example() -> tuple[ModelProfile, int] | None:
+    """The Formula page's small model (``dashboard.lesson.HAND_MODEL``): its committed ledger and its
+    measured CPU peak (``validation_custom_cpu.json``); None where the ledgers do not fit this Keras."""
+    from calc.catalogue import ModelFile
+    from calc.validation.data import CUSTOM_DATA, measured_cases
+    from calc.validation.ledgers import read_ledgers
+    from dashboard.lesson import HAND_CASE, HAND_MODEL
+
+    ledgers = read_ledgers()
+    profile = ledgers.profile(ModelFile(HAND_MODEL)) if ledgers is not None and ledgers.usable() else None
+    peak = next((int(case["peak_bytes"]) for case, _, _ in measured_cases(CUSTOM_DATA) if case["case"] == HAND_CASE),
+                None)
+    return None if profile is None or peak is None else (profile, peak)

@@ -5,6 +5,7 @@ from calc import classic
 from dashboard import lesson, views
 from dashboard import presentation
 from dashboard.i18n import tr
+from dashboard.loaders import load_hand_example
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
@@ -80,3 +81,18 @@ st.markdown(tr(
     answer=classic.cs231n_answer(532_752, 19_072_984, 9000, 128).total_mb,
     question=classic.cs231n_question_mb(532_752, 19_072_984, 9000, 128),
     tiny=classic.tiny_cnn_bytes(), tiny8=classic.tiny_cnn_bytes(bytes_per_value=8)))
+
+if (hand := load_hand_example()) is not None:
+    example = lesson.hand_example(*hand, gpu)
+    st.header(tr("5. A model small enough to work out by hand"))
+    st.markdown(tr("The Keras MNIST example convnet: 28×28×1 images, two convolutions, pooling and two Dense layers, "
+                   "in the step TensorFlow measured: batch {batch}, `adam`, float32, on a CPU. The table and the terms "
+                   "W, S and X can be checked with a calculator: a layer's values per sample are the product of its "
+                   "output shape, its parameters the sum of its weights' elements (a 3×3 convolution from 1 to 32 "
+                   "channels: 3·3·1·32 = 288 weights and 32 biases). G, U, B · a and T are what the walk finds alive "
+                   "at the moment of the peak.", batch=example.numbers.batch))
+    st.dataframe(pd.DataFrame(lesson.hand_rows(example)), hide_index=True)
+    for term in example.terms:
+        st.markdown(lesson.term_markdown(term, None))
+    st.latex(lesson.sum_latex(example.terms, example.numbers.breakdown.peak_bytes, None, per_line=2))
+    st.markdown(lesson.hand_measured_markdown(example))
