@@ -98,6 +98,18 @@ def get_profile(spec: ModelSpec | ModelFile) -> ModelProfile:
     return profile
 
 
+def needs_build(spec: ModelSpec) -> bool:
+    """Whether ``get_profile(spec)`` would build it: not in memory, not shipped, not in the disk cache."""
+    with _memory_guard:
+        if spec.key in _memory:
+            return False
+    return not shipped_path(spec).exists() and not _cached_path(spec).exists()
+
+
+def _cached_path(spec: ModelSpec) -> Path:
+    return cache_dir() / f"{spec.key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.json"
+
+
 def _remember(key: str, profile: ModelProfile) -> None:
     """Keeps a profile in memory, the least recently used dropped past ``MEMORY_ENTRIES``
     (the caller holds ``_memory_guard``)."""
@@ -134,7 +146,7 @@ def _write_cached(path: Path, profile: ModelProfile) -> None:
 
 
 def _read_or_build(spec: ModelSpec) -> ModelProfile:
-    path = cache_dir() / f"{spec.key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.json"
+    path = _cached_path(spec)
     cached = _read_cached(path)
     if cached is not None:
         return cached

@@ -5,12 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.estimate import plan_step
+from calc.profiles import needs_build
 from calc.types import ModelProfile
 from dashboard import views
 from dashboard.i18n import tr
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
-from dashboard.turns import READS
+from dashboard.turns import BUILDS, READS
 from dashboard.state import Inputs
 from dashboard.widgets import sidebar_inputs
 
@@ -30,9 +31,14 @@ def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
 def _catalogue_profile(inputs: Inputs) -> ModelProfile:
     try:
         spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
-        with st.spinner(tr("Building {model} at {height}x{width} once (weights=None)…", model=spec.name,
-                           height=spec.height, width=spec.width)):
-            profile = load_profile(spec)
+        if not needs_build(spec):
+            return load_profile(spec)
+        waiting = st.empty()
+        with BUILDS.turn(lambda ahead: waiting.info(_builds_ahead(ahead))):
+            waiting.empty()
+            with st.spinner(tr("Building {model} at {height}x{width} once (weights=None)…", model=spec.name,
+                               height=spec.height, width=spec.width)):
+                profile = load_profile(spec)
     except ValueError as exc:
         st.error(plain(exc))
         st.stop()
@@ -62,6 +68,13 @@ def _uploaded_profile() -> ModelProfile:
         st.stop()
     st.session_state["_upload_profile"] = (upload.file_id, profile)
     return profile
+
+
+def _builds_ahead(ahead: int) -> str:
+    if ahead > 1:
+        return tr("{ahead} other models are being built on this server first (a few seconds each); yours is next "
+                  "after them.", ahead=ahead)
+    return tr("{ahead} other model is being built on this server first (a few seconds); yours is next.", ahead=ahead)
 
 
 def _uploads_ahead(ahead: int) -> str:

@@ -73,6 +73,36 @@ def test_different_models_build_one_at_a_time(fake_builds):
     assert fake_builds["most_at_once"] == 1
 
 
+@pytest.mark.server
+def test_only_a_model_nobody_built_waits_its_turn_in_the_build_queue(fake_builds, monkeypatch):
+    from contextlib import contextmanager
+
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import turns
+
+    shipped, new = make_spec("MobileNetV2", 224), make_spec("MobileNetV2", 112)
+    assert not profiles.needs_build(shipped) and profiles.needs_build(new)
+    turned = []
+
+    @contextmanager
+    def turn(on_wait):
+        on_wait(2)  # two builds ahead
+        turned.append(1)
+        yield
+
+    monkeypatch.setattr(turns.BUILDS, "turn", turn)
+    import dashboard.loaders  # noqa: F401 (sets the server's build worker: replaced by the fake in-process build)
+
+    monkeypatch.setattr(profiles, "_worker", None)
+    for size in ("224", "112"):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.query_params.update({"model": "MobileNetV2", "image_size": size, "step": "graph"})
+        at.run()
+        assert not at.exception, [e.stack_trace for e in at.exception]
+    assert turned == [1] and profiles.BUILDS[new.key] == 1 and not profiles.needs_build(new)
+
+
 def test_profiles_in_memory_are_bounded(fake_builds, monkeypatch):
     monkeypatch.setattr(profiles, "MEMORY_ENTRIES", 3)
     specs = [make_spec("ResNet50", size) for size in (64, 96, 128, 160, 192)]

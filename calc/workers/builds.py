@@ -26,6 +26,12 @@ class BuildError(ValueError):
     """The builder could not produce a profile (the reason is in the message)."""
 
 
+# The slowest catalogue builds (EfficientNetB7, NASNetLarge: 800-1,000 layers) took 28-32 s on a
+# busy 2-core machine, the child's start 10-15 s more: a build past this is stopped, so that the
+# builds queued behind it (dashboard.turns.BUILDS) wait at most this long for one.
+BUILD_TIMEOUT_S = 90.0
+
+
 class BuildWorker:
     """One child process that turns ``ModelSpec``s into ``ModelProfile``s.
 
@@ -38,7 +44,8 @@ class BuildWorker:
 
     command = tuple(child_command("build"))
 
-    def __init__(self, *, max_rss_bytes: int | None = None, idle_s: float = 600.0, timeout_s: float = 300.0) -> None:
+    def __init__(self, *, max_rss_bytes: int | None = None, idle_s: float = 600.0,
+                 timeout_s: float = BUILD_TIMEOUT_S) -> None:
         self.max_rss_bytes = budget_bytes("build") if max_rss_bytes is None else max_rss_bytes
         # During a build the watchdog allows twice the budget: a catalogue build is checked
         # before it starts (calc.catalogue.MAX_PARAMS), and the child is replaced after one
