@@ -24,9 +24,10 @@ top = st.columns([1, 1, 2])
 top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
 top[1].download_button(tr("Handout (HTML, printable)"), lesson.handout_html(n, inputs, terms, gpu.name),
                        "memory-formula.html", "text/html", key="dl_handout")
-st.caption(tr("Every number on this page is the graph-executor walk: the step as `model.compile(..., "
-              "jit_compile=False)` runs it. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is planned by "
-              "XLA itself; the Estimator shows that plan."))
+st.caption(tr("Every number on this page comes from replaying one training step in the order TensorFlow's graph "
+              "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the moment "
+              "when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is "
+              "planned by XLA itself; the Estimator shows that plan."))
 if inputs.num_gpus > 1:
     st.info(lesson.per_gpu_note(n, inputs))
 
@@ -48,6 +49,11 @@ if presenting:
     st.stop()
 
 st.header(tr("2. The rules of thumb people use, for the same configuration"))
+st.markdown(tr("Their symbols: **N**, every layer's output values per sample, summed (the Output Shape column of "
+               "`model.summary()`); **P**, the parameters ({params:,}), **P_trainable** the trainable ones "
+               "({trainable:,}); **B**, the batch on one GPU ({batch}); **I**, the input values per sample "
+               "({input:,}).", params=n.weights_params, trainable=n.trainable_params, batch=n.batch,
+               input=n.input_elements))
 st.latex(r"\text{" + tr("Neural Network Console blog post") + r"}:\ (N \cdot B + P) \times 2 \times 4\ \text{bytes}")
 st.markdown(tr("N = {neurons:,} (every Output Shape of `model.summary()` summed), P = {params:,}, B = {batch} → "
                "**{nbytes:,} bytes ({shown})**", neurons=n.neurons, params=n.weights_params, batch=n.batch,
@@ -89,7 +95,7 @@ if (hand := load_hand_example()) is not None:
                    "in the step TensorFlow measured: batch {batch}, `adam`, float32, on a CPU. The table and the terms "
                    "W, S and X can be checked with a calculator: a layer's values per sample are the product of its "
                    "output shape, its parameters the sum of its weights' elements (a 3×3 convolution from 1 to 32 "
-                   "channels: 3·3·1·32 = 288 weights and 32 biases). G, U, B · a and T are what the walk finds alive "
+                   "channels: 3·3·1·32 = 288 weights and 32 biases). G, U, B · a and T are what the replayed step holds "
                    "at the moment of the peak.", batch=example.numbers.batch))
     st.dataframe(pd.DataFrame(lesson.hand_rows(example)), hide_index=True)
     for term in example.terms:

@@ -797,7 +797,7 @@ def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeyp
 def test_every_page_says_which_step_its_numbers_describe():
     from calc.validation import GPU_TF_XLA_DATA, load_report, plan_report_path
 
-    assert any("graph-executor walk" in c.value and "jit_compile=False" in c.value
+    assert any("graph executor runs it" in c.value and "jit_compile=False" in c.value
                for c in app(page="pages/formula.py").caption)
     assert any("graph-executor walk (`jit_compile=False`)" in c.value for c in app(page="pages/compare.py").caption)
     at = app(page="pages/validation.py")
