@@ -36,11 +36,27 @@ LABELS = {
     "outside_step": mark("Outside the step"),
 }
 PLAN_COLOR = "#F58518"
+# Lines, arrows and reference marks: a mid grey reads on Streamlit's light and dark themes
+# alike (black vanishes on the dark one, white on the light); texts take the theme's colour.
+NEUTRAL = "#8C8C8C"
+BAR_WIDTH = 0.5  # of the breakdown's one category: the bar spans x = -0.25..0.25
 
 
-def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]]) -> None:
+def bar_parts(components: dict[str, int], overhead: int) -> list[tuple[str, int]]:
+    """The breakdown's parts as the bar chart stacks them, bottom up: (``LABELS`` key, bytes).
+
+    The Estimator's table lists the same parts under the same names.
+    """
+    parts = [*components.items(), ("framework_overhead", overhead)]
+    # The allocator part is shown only where the simulated allocator says more than the walk.
+    return [(key, value) for key, value in parts if key != "allocator" or value]
+
+
+def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]], label_x: float | None = None) -> None:
     """Horizontal lines across the plot (y, dash, colour, label, label position).
 
+    ``label_x``: the labels start there, in the x axis's coordinates, instead of at the
+    plot's edge (the breakdown puts its label beside its bar, not on it).
     Plain layout shapes and annotations set once: ``fig.add_hline`` costs ~10 ms a
     call in Plotly 7, most of a rerun's figure time.
     """
@@ -49,24 +65,27 @@ def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]]) -> No
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
                            line=dict(dash=dash, color=color, width=2)))
         right = where.endswith("right")
-        notes.append(dict(xref="paper", x=1 if right else 0, xanchor="right" if right else "left", yref="y", y=y,
-                          yanchor="bottom" if where.startswith("top") else "top", text=label, showarrow=False))
+        place = (dict(xref="paper", x=1 if right else 0, xanchor="right" if right else "left") if label_x is None
+                 else dict(xref="x", x=label_x, xanchor="left"))
+        notes.append(dict(**place, yref="y", y=y, yanchor="bottom" if where.startswith("top") else "top", text=label,
+                          showarrow=False))
     fig.update_layout(shapes=shapes, annotations=notes)
 
 
 def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, divisor: float, unit: str) -> go.Figure:
     fig = go.Figure()
     step = tr("this step")
-    for key, value in [*components.items(), ("framework_overhead", overhead)]:
-        if key == "allocator" and not value:
-            continue  # shown only where the simulated allocator says more than the walk
+    for key, value in bar_parts(components, overhead):
         label = tr(LABELS[key])
-        fig.add_bar(x=[step], y=[value / divisor], name=label, marker_color=COLORS[key],
+        fig.add_bar(x=[step], y=[value / divisor], name=label, marker_color=COLORS[key], width=BAR_WIDTH,
                     hovertemplate=f"{label}: %{{y:.3f}} {unit}<extra></extra>")
-    _hlines(fig, [(capacity / divisor, "dash", "black", tr("GPU memory {size:.2f} {unit}", size=capacity / divisor,
-                                                            unit=unit), "top left")])
-    fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend_title=tr("Component"),
-                      margin=dict(t=30, b=30))
+    # The card's line runs across the plot; its label sits right of the bar, never on it.
+    _hlines(fig, [(capacity / divisor, "dash", NEUTRAL, tr("GPU memory {size:.2f} {unit}", size=capacity / divisor,
+                                                            unit=unit), "top left")], label_x=BAR_WIDTH / 2 + 0.05)
+    # The legend below the plot leaves the plot the column's width, so the label fits beside the bar.
+    fig.update_layout(barmode="stack", yaxis_title=unit, height=460, margin=dict(t=30, b=30), xaxis_range=[-0.5, 1.5],
+                      legend=dict(title=tr("Component"), orientation="h", x=0, xanchor="left", y=-0.12,
+                                  yanchor="top", traceorder="normal", bgcolor="rgba(0,0,0,0)"))
     return fig
 
 
@@ -82,9 +101,9 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
                     name=tr("graph-executor walk (jit_compile=False)"),
                     hovertemplate=tr("batch {batch}: {memory}", batch="%{x}", memory=f"%{{y:.2f}} {unit}")
                     + "<extra></extra>")
-    lines = [(capacity / divisor, "dash", "black", tr("GPU memory"), "top left")]
+    lines = [(capacity / divisor, "dash", NEUTRAL, tr("GPU memory"), "top left")]
     if usable != capacity:
-        lines.append((usable / divisor, "dot", "gray", tr("with safety margin"), "bottom right"))
+        lines.append((usable / divisor, "dot", NEUTRAL, tr("with safety margin"), "bottom right"))
     _hlines(fig, lines)
     lookup = dict(zip(batches, totals))
     plans = dict(plan_points)
@@ -109,8 +128,11 @@ def curve_figure(batches, totals, capacity: int, usable: int, current: int, best
     # The curve grows to thousands of samples; the part that matters is where it meets
     # the card, so the y axis ends a little above the card (or the current batch).
     shown_top = max(1.3 * capacity, 1.1 * lookup.get(current, 0)) / divisor
-    fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=420, margin=dict(t=30, b=30),
-                      yaxis_range=[0, shown_top], legend=dict(x=0.01, y=0.99, bgcolor="rgba(255,255,255,0.7)"))
+    # The legend goes below the plot, where it cannot cover the markers it names.
+    fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=460, margin=dict(t=30, b=30),
+                      yaxis_range=[0, shown_top],
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top",
+                                  bgcolor="rgba(0,0,0,0)"))
     fig.update_xaxes(type="log")
     return fig
 
@@ -130,7 +152,8 @@ def timeline_figure(phases, totals, divisor: float, unit: str) -> go.Figure:
                                text=[plain_label(p) for p in phases], marker=dict(color=colors, size=4),
                                hovertemplate=f"%{{text}}: %{{y:.3f}} {unit}<extra></extra>"))
     peak = max(range(len(totals)), key=totals.__getitem__)
-    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=tr("peak: {moment}", moment=plain_label(phases[peak])), showarrow=True)
+    fig.add_annotation(x=peak, y=totals[peak] / divisor, text=tr("peak: {moment}", moment=plain_label(phases[peak])), showarrow=True,
+                       arrowcolor=NEUTRAL)
     fig.update_layout(xaxis_title=tr("moment of the step (forward → loss → backward → update)"),
                       yaxis_title=unit, height=420, margin=dict(t=30, b=30))
     return fig
@@ -142,12 +165,15 @@ def validation_figure(measured, predicted, labels, divisor: float, unit: str, ex
                     text=list(labels), name=tr("validation set"),
                     hovertemplate=tr("{case}<br>measured {measured}, predicted {predicted}", case="%{text}",
                                      measured="%{x:.3f}", predicted="%{y:.3f}") + "<extra></extra>")
-    if extra:
+    if extra:  # this session's "measure now" results: (measured bytes, predicted bytes, label)
         fig.add_scatter(x=[m / divisor for m, _, _ in extra], y=[p / divisor for _, p, _ in extra],
-                        mode="markers", text=[t for _, _, t in extra], name=tr("measured now"),
-                        marker=dict(size=12, symbol="star", color="#E45756"))
-    top = max([*measured, *predicted, *(m for m, _, _ in extra or [])], default=1) / divisor * 1.05
-    fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(dash="dash", color="gray"))
+                        mode="markers+text", text=[plain_label(t) for _, _, t in extra], textposition="middle right",
+                        name=tr("measured now"), marker=dict(size=14, symbol="star", color="#E45756"),
+                        hovertemplate=tr("{case}<br>measured {measured}, predicted {predicted}", case="%{text}",
+                                         measured="%{x:.3f}", predicted="%{y:.3f}") + "<extra></extra>")
+    top = max([*measured, *predicted, *(m for m, _, _ in extra or []), *(p for _, p, _ in extra or [])],
+              default=1) / divisor * 1.05
+    fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line=dict(dash="dash", color=NEUTRAL))
     fig.update_layout(xaxis_title=tr("measured peak ({unit})", unit=unit), yaxis_title=tr("predicted peak ({unit})", unit=unit),
                       height=480)
     return fig
@@ -157,7 +183,7 @@ def curves_figure(series: dict[str, tuple[list[int], list[int]]], limits: dict[s
     fig = go.Figure()
     for name, (batches, totals) in series.items():
         fig.add_scatter(x=batches, y=[t / divisor for t in totals], mode="lines", name=name)
-    _hlines(fig, [(limit / divisor, "dash", "gray", name, "top right") for name, limit in limits.items()])
+    _hlines(fig, [(limit / divisor, "dash", NEUTRAL, name, "top right") for name, limit in limits.items()])
     fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=460)
     if limits:  # where the curves cross the cards, not where they end
         fig.update_yaxes(range=[0, 1.3 * max(limits.values()) / divisor])

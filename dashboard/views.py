@@ -19,7 +19,8 @@ from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
 from calc.xla import XlaPlan
-from dashboard.i18n import mark, tr
+from dashboard.figures import LABELS, bar_parts
+from dashboard.i18n import tr
 from dashboard.state import Inputs
 
 CURVE_MAX = 4096
@@ -300,26 +301,38 @@ def per_gpu_caption(inputs: Inputs) -> str:
               per=inputs.batch_size // inputs.num_gpus)
 
 
-# The breakdown table's row labels as the engine names the parts (``MemoryBreakdown.components``,
-# ``XlaPlan.components``): the JSON download keeps them, the table shows them translated.
-COMPONENT_ROWS = (mark("weights"), mark("gradients"), mark("optimizer_state"), mark("activations"),
-                  mark("backward_transient"), mark("input_batch"), mark("other"), mark("allocator"),
-                  mark("xla_temporaries"), mark("step_outputs"), mark("outside_step"))
-
-
 def breakdown_table(shown: ShownStep) -> list[dict[str, object]]:
-    """The breakdown's rows in English (the JSON download's); ``shown_table`` is what the page shows."""
+    """The breakdown's rows in English, the parts named as the engine names them
+    (``MemoryBreakdown.components``, ``XlaPlan.components``): the JSON download's.
+    ``shown_table`` is what the page shows."""
     rows = [{"component": k, "bytes": v} for k, v in shown.components.items()]
-    peak = mark("XLA's planned peak") if shown.step == "xla" else mark("predicted allocator peak")
+    peak = "XLA's planned peak" if shown.step == "xla" else "predicted allocator peak"
     rows.append({"component": peak, "bytes": shown.peak_bytes})
-    rows.append({"component": mark("framework overhead (not in the peak)"), "bytes": shown.overhead_bytes})
-    rows.append({"component": mark("needed on the GPU"), "bytes": shown.needed_bytes})
+    rows.append({"component": "framework overhead (not in the peak)", "bytes": shown.overhead_bytes})
+    rows.append({"component": "needed on the GPU", "bytes": shown.needed_bytes})
     return rows
 
 
-def shown_table(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    """``breakdown_table``'s rows as the page shows them: columns and row labels translated."""
-    return [{tr("component"): tr(str(r["component"])), tr("bytes"): r["bytes"]} for r in rows]
+def shown_table(shown: ShownStep, inputs: Inputs) -> list[dict[str, object]]:
+    """The breakdown as the page shows it: the bar chart's parts under its legend's names
+    (``figures.bar_parts``), then the peak (named as its metric), the framework overhead and
+    what the GPU must hold; in bytes, and in the chosen unit."""
+    parts = bar_parts(shown.components, shown.overhead_bytes)
+    named = [(tr(LABELS[k]), v) for k, v in parts if k != "framework_overhead"]
+    named += [(shown.peak_label, shown.peak_bytes), (tr(LABELS["framework_overhead"]), shown.overhead_bytes),
+              (tr("Needed on the GPU (peak + overhead)"), shown.needed_bytes)]
+    divisor = unit_divisor(inputs)
+    return [{tr("component"): name, tr("bytes"): nbytes, inputs.unit: round(nbytes / divisor, 3)}
+            for name, nbytes in named]
+
+
+# st.dataframe's rows are 35 px high and its header 38 px (Streamlit 1.67's data grid).
+TABLE_ROW_PX, TABLE_HEADER_PX = 35, 38
+
+
+def table_height_px(rows: int) -> int:
+    """A height at which st.dataframe shows ``rows`` rows and its header without a scrollbar."""
+    return TABLE_HEADER_PX + TABLE_ROW_PX * rows
 
 
 def heaviest_layers(rows: list[LayerRow], n: int) -> list[LayerRow]:

@@ -55,8 +55,10 @@ right.plotly_chart(figures.curve_figure(view.curve_batches, view.curve_bytes, vi
                                         inputs.batch_size, shown.max_batch, divisor, inputs.unit, shown.plan_points,
                                         shown.max_batch_from_plan), key="curve_chart")
 right.caption(views.curve_caption(shown))
-table = pd.DataFrame(views.shown_table(views.breakdown_table(shown)))
-st.dataframe(table, hide_index=True)
+table = pd.DataFrame(views.shown_table(shown, inputs))
+st.dataframe(table, hide_index=True, height=views.table_height_px(len(table)), key="breakdown_table",
+             column_config={tr("bytes"): st.column_config.NumberColumn(format="localized"),
+                            inputs.unit: st.column_config.NumberColumn(format="%.3f")})
 d1, d2 = st.columns(2)
 d1.download_button(tr("Breakdown as CSV"), table.to_csv(index=False), "breakdown.csv", "text/csv", key="dl_breakdown_csv")
 d2.download_button(tr("Breakdown as JSON"), json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(shown)}),

@@ -35,10 +35,18 @@ except (OSError, ValueError) as exc:
     st.error(tr("The validation report could not be read: {error}", error=exc))
     st.stop()
 cases = report["cases"]
-extra = st.session_state.setdefault("measured_now", [])
-st.plotly_chart(figures.validation_figure([c["measured_bytes"] for c in cases], [c["predicted_bytes"] for c in cases],
-                                          [c["case"] for c in cases], views.unit_divisor(inputs), inputs.unit, extra),
-                key="validation_chart")
+measured_now = st.session_state.setdefault("measured_now", [])  # this session's (measured, predicted, label)
+chart_slot = st.empty()
+
+
+def show_validation_chart(key: str) -> None:
+    """The cases and this session's measurements, in the chart at the top of the page."""
+    chart_slot.plotly_chart(figures.validation_figure(
+        [c["measured_bytes"] for c in cases], [c["predicted_bytes"] for c in cases], [c["case"] for c in cases],
+        views.unit_divisor(inputs), inputs.unit, extra=measured_now), key=key)
+
+
+show_validation_chart("validation_chart")
 percent = st.column_config.NumberColumn(format="percent")
 error_column = {tr("relative_error"): percent}
 st.dataframe(case_table(cases), hide_index=True, column_config=error_column)
@@ -93,16 +101,23 @@ st.caption(tr("Runs real training steps with TensorFlow on this server (its CPU,
               "thread, MEMORY_FACTS.md protocol) in a separate process, one measurement at a time, with a time limit."))
 if not allowed:
     st.info(why)
-elif st.button(tr("Measure now"), key="measure_now"):
+elif st.button(tr("Measure now"), key="measure_now", icon=":material/play_arrow:"):
     with st.status(tr("Measuring {model} at {image_size}px, batch {batch_size}…", model=inputs.model,
                       image_size=inputs.image_size, batch_size=inputs.batch_size)) as status:
         result = run_measurement(profile, inputs)
         if result.error:
             status.update(label=tr("Measurement failed"), state="error")
-            st.error(plain(result.error))
         else:
             status.update(label=tr("Measured"), state="complete")
-            extra.append((result.measured_bytes, result.predicted_bytes, result.label))
-            st.success(tr("Measured {measured}; predicted {predicted} ({error:+.1%}).",
-                          measured=views.fmt(result.measured_bytes, inputs, 3),
-                          predicted=views.fmt(result.predicted_bytes, inputs, 3), error=result.error_fraction))
+    # The result goes under the button, outside the status box (which folds up when done),
+    # and the chart at the top gains the point in this same run.
+    if result.error:
+        st.error(plain(result.error))
+    else:
+        measured_now.append((result.measured_bytes, result.predicted_bytes, result.label))
+        show_validation_chart("validation_chart_measured")
+        st.success(tr("Measured {measured} ({measured_bytes:,} bytes); predicted {predicted} ({predicted_bytes:,} "
+                      "bytes), {error:+.1%} against the measurement. The point is the star in the chart at the top.",
+                      measured=views.fmt(result.measured_bytes, inputs, 3), measured_bytes=result.measured_bytes,
+                      predicted=views.fmt(result.predicted_bytes, inputs, 3), predicted_bytes=result.predicted_bytes,
+                      error=result.error_fraction))

@@ -860,3 +860,85 @@ def test_a_warning_about_a_link_value_goes_once_the_visitor_sets_it():
     at.selectbox(key="optimizer").set_value("sgd").run()
     at.switch_page("pages/layers.py").run()
     assert not any("Ignored" in w.value for w in at.warning)
+
+
+def test_the_breakdown_table_names_its_rows_as_the_chart_and_shows_every_row(monkeypatch):
+    shown = []
+    original = st.dataframe
+
+    def recording(data, *args, **kwargs):
+        shown.append(kwargs)
+        return original(data, *args, **kwargs)
+
+    monkeypatch.setattr(st, "dataframe", recording)
+    at = app()
+    table = at.dataframe[0].value
+    bars = bar_chart(at)
+    peak_label, needed_label = at.metric[0].label, "Needed on the GPU (peak + overhead)"
+    labels = list(table["component"])
+    # The parts under the legend's names, in its order, then the peak and what the GPU must hold.
+    assert [name for name in labels if name not in (peak_label, needed_label)] == [t["name"] for t in bars["data"]]
+    assert labels[-1] == needed_label and labels[-2] == "Framework overhead (CUDA context, libraries)"
+    by_name = dict(zip(labels, table["bytes"]))
+    for trace in bars["data"]:
+        assert by_name[trace["name"]] / GIB == pytest.approx(trace["y"][0])
+    assert by_name[needed_label] == by_name[peak_label] + by_name["Framework overhead (CUDA context, libraries)"]
+    assert list(table["GiB"]) == [round(b / GIB, 3) for b in table["bytes"]]
+    # Bytes with thousands separators, the unit with 3 decimals, and every row without a scrollbar:
+    # Streamlit's grid draws a 38 px header and 35 px rows.
+    columns = json.loads(at.dataframe[0].proto.columns)
+    assert columns["bytes"]["type_config"]["format"] == "localized"
+    assert columns["GiB"]["type_config"]["format"] == "%.3f"
+    assert shown[0]["height"] == 38 + 35 * len(table)
+
+
+def test_measure_now_answers_under_its_button_and_stars_its_point_in_the_chart(monkeypatch):
+    from types import SimpleNamespace
+
+    from calc.types import Device
+    from dashboard import measure_now
+
+    measured = 900 * 2**20
+    monkeypatch.setenv("CALC_MEASURE_NOW", "on")
+    monkeypatch.setattr(measure_now, "measure_training_step",
+                        lambda spec, config, **kw: SimpleNamespace(peak_bytes=measured, kernels="cpu"))
+    at = app({**SMALL, "device": "cpu"}, page="pages/validation.py")
+    at.button(key="measure_now").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    predicted = estimate_memory(get_profile(make_spec("MobileNetV2", 224)),
+                                TrainingConfig(batch_size=16, optimizer="adam", device=Device.CPU)).peak_bytes
+    # Right under the button (and the status box that folds up), not inside the box.
+    below = list(at.main.children.values())
+    button = next(i for i, e in enumerate(below) if getattr(e, "key", None) == "measure_now")
+    assert [e.type for e in below[button + 1:]] == ["status", "success"]
+    assert below[-1].value.startswith(f"Measured 0.879 GiB ({measured:,} bytes); predicted "
+                                      f"{predicted / GIB:,.3f} GiB ({predicted:,} bytes), "
+                                      f"{(predicted - measured) / measured:+.1%} against the measurement.")
+    # The chart at the top has the point in the same run, starred and labelled.
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    point = next(t for t in chart["data"] if t["name"] == "measured now")
+    assert point["x"] == pytest.approx([measured / GIB]) and point["y"] == pytest.approx([predicted / GIB])
+    assert point["marker"]["symbol"] == "star" and "text" in point["mode"]
+    assert point["text"] == ["MobileNetV2 224px b16 adam float32 on cpu"]
+
+
+def test_the_small_model_is_worked_out_by_hand_beside_its_measurement():
+    import re
+    from math import prod
+
+    from calc.validation import CUSTOM_DATA, load_measurements
+
+    at = app(page="pages/formula.py")
+    table = at.dataframe[-1].value
+    assert list(table["layer"])[:2] == ["conv2d (Conv2D)", "conv2d_1 (Conv2D)"]
+    for row in table.to_dict("records"):  # every cell is its own arithmetic
+        assert row["parameters"] == sum(int(e.replace(",", "")) for e in row["weights (elements)"].split(" + "))
+        *factors, product = re.split(r" × | = ", row["values per sample"])
+        assert int(product.replace(",", "")) == prod(int(f) for f in factors or [product.replace(",", "")])
+    params = int(table["parameters"].sum())
+    text = " ".join(m.value for m in at.markdown)
+    assert f"{params:,} × 4 B → **{params * 4:,} B**" in text and f"2 × {params:,} × 4 B → **{params * 8:,} B**" in text
+    assert "128 × 784 × 4 B, and the integer labels 128 × 1 × 8 B → **402,432 B**" in text
+    measured = next(c["peak_bytes"] for c in load_measurements(CUSTOM_DATA)["cases"]
+                    if c["case"] == "mnist_cnn.keras b128 adam float32")
+    assert f"TensorFlow measured **{measured:,} B** on a CPU" in text

@@ -74,3 +74,92 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
         assert shown.plan_points == ((32, plan.peak_bytes + gpu.overhead_bytes),)
         verdicts.append(shown.fits)
     assert verdicts == [True, False]
+
+
+def _every_figure():
+    """Each figure builder of dashboard.figures, on small numbers, with every optional part drawn."""
+    from dashboard import figures
+
+    gib = 2**30
+    parts = {"weights": gib, "gradients": gib, "optimizer_state": 2 * gib, "activations": 3 * gib, "allocator": gib}
+    return {
+        "breakdown": figures.breakdown_figure(parts, gib // 2, 16 * gib, gib, "GiB"),
+        "curve": figures.curve_figure([1, 2, 4, 8], [gib, 2 * gib, 4 * gib, 8 * gib], 16 * gib, 15 * gib, 4, 8, gib,
+                                      "GiB", plan_points=((4, 5 * gib),), best_from_plan=False),
+        "layers": figures.layers_figure(["conv", "dense"], [1000, 2000], gib, "GiB"),
+        "timeline": figures.timeline_figure(["forward conv", "loss", "backward conv", "update"],
+                                            [gib, 3 * gib, 2 * gib, gib], gib, "GiB"),
+        "validation": figures.validation_figure([gib, 2 * gib], [gib, 3 * gib], ["a", "b"], gib, "GiB",
+                                                extra=[(gib, 2 * gib, "now")]),
+        "curves": figures.curves_figure({"m": ([1, 2], [gib, 2 * gib])}, {"T4": 16 * gib}, gib, "GiB"),
+    }
+
+
+def test_no_figure_draws_in_black_or_white_or_on_an_opaque_legend():
+    """Streamlit's dark theme has a near-black background and its light theme a white one:
+    a black line or a white legend box vanishes or glares on one of them."""
+    import json
+    import re
+
+    for name, fig in _every_figure().items():
+        spec = fig.to_plotly_json()
+        spec["layout"].pop("template", None)  # Streamlit's theme replaces Plotly's template
+        text = json.dumps(spec).lower()
+        for colour in ('"black"', '"white"', '"#000"', '"#000000"', '"#fff"', '"#ffffff"'):
+            assert colour not in text, (name, colour)
+        # Black or white at any opacity but none (a transparent legend box is rgba(0,0,0,0)).
+        assert not re.search(r"rgba?\((0,0,0|255,255,255)(\)|,(?!0\))[\d.]+\))", text.replace(" ", "")), name
+        bgcolor = fig.layout.legend.bgcolor
+        assert bgcolor is None or bgcolor.replace(" ", "").endswith(",0)"), (name, bgcolor)
+
+
+def test_the_curve_legend_sits_below_the_plot_where_it_covers_no_marker():
+    legend = _every_figure()["curve"].layout.legend
+    assert legend.orientation == "h" and legend.y < 0 and legend.yanchor == "top"
+
+
+def test_the_gpu_memory_label_sits_beside_the_bar_not_on_it():
+    fig = _every_figure()["breakdown"]
+    (note,) = fig.layout.annotations
+    assert note.text.startswith("GPU memory")
+    widths = {bar.width for bar in fig.data}
+    assert len(widths) == 1 and widths.pop() == pytest.approx(0.5)
+    # The one bar is centred on category 0: its right edge is at width / 2, and the label starts past it.
+    assert note.xref == "x" and note.xanchor == "left" and note.x > fig.data[0].width / 2
+    assert fig.layout.xaxis.range[1] > note.x + 0.5  # and the axis leaves room for the text
+
+
+def test_the_breakdown_table_lists_the_charts_parts_and_the_download_keeps_the_engines_names():
+    from calc.gpus import GPU_PRESETS
+    from dashboard.figures import breakdown_figure
+    from dashboard.state import Inputs
+    from dashboard.views import breakdown_table, estimate_view, shown_table, shown_walk
+
+    inputs = Inputs(model="MobileNetV2", image_size=224, batch_size=16, gpu="t4", unit="GB")
+    shown = shown_walk(estimate_view(get_profile(make_spec("MobileNetV2")), inputs, GPU_PRESETS["t4"]))
+    rows = shown_table(shown, inputs)
+    names = [t.name for t in breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes, 1e9,
+                                              "GB").data]
+    labels = [r["component"] for r in rows]
+    assert labels == [*names[:-1], shown.peak_label, names[-1], "Needed on the GPU (peak + overhead)"]
+    assert [r["GB"] for r in rows] == [round(r["bytes"] / 1e9, 3) for r in rows]
+    assert rows[-1]["bytes"] == shown.needed_bytes == sum(r["bytes"] for r in rows[:-1]) - shown.peak_bytes
+    english = breakdown_table(shown)
+    assert [r["component"] for r in english] == [*shown.components, "predicted allocator peak",
+                                                 "framework overhead (not in the peak)", "needed on the GPU"]
+
+
+def test_the_dashboard_shows_no_emoji_and_names_its_icons_from_material():
+    """Emoji show as boxes where no emoji font is installed; Streamlit's Material icons are a web font."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    emoji = re.compile("[\U0001F000-\U0001FFFF\u2600-\u27BF\u2B00-\u2BFF\uFE0F]")
+    sources = [root / "app.py", *sorted((root / "pages").glob("*.py")), *sorted((root / "dashboard").glob("*.py")),
+               *sorted((root / "dashboard" / "locales").glob("*.json")), root / "calc" / "caveats.py"]
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        assert not emoji.search(text), (path.name, emoji.findall(text))
+        for icon in re.findall(r"""icon=(["'][^"']*["'])""", text):
+            assert icon.strip("\"'").startswith(":material/"), (path.name, icon)
