@@ -119,7 +119,7 @@ def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # A colleague's link: the Compare page's models and cards, in Japanese.
-    page.goto(f"{server}/compare?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4&models=ResNet50,VGG16"
+    page.goto(f"{server}/compare?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&models=ResNet50,VGG16"
               "&gpus=t4,h100-80&lang=ja", timeout=120_000)
     page.get_by_text("モデルと GPU の比較").wait_for(timeout=180_000)
     chosen = page.locator('[data-testid="stMultiSelect"]').first.inner_text()
@@ -127,10 +127,10 @@ def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
     table = page.locator('[data-testid="stDataFrame"]').first
     table.wait_for(timeout=60_000)
     # The Formula page projected: no sidebar, one term, then the next.
-    page.goto(f"{server}/formula?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4&present=true",
+    page.goto(f"{server}/formula?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&present=true",
               timeout=120_000)
     page.get_by_text("Term 1 of 9").wait_for(timeout=180_000)
-    assert not page.locator('[data-testid="stSidebar"]').is_visible()
+    page.locator('[data-testid="stSidebar"]').wait_for(state="hidden", timeout=30_000)
     page.get_by_role("button", name="Next term").click()
     page.get_by_text("Term 2 of 9").wait_for(timeout=60_000)
     assert page.get_by_text("S, optimizer state").is_visible()
