@@ -326,3 +326,69 @@ def test_only_one_measurement_runs_at_a_time(small_profile, monkeypatch):
     with measure_now._one_at_a_time:  # another session's measurement is running
         result = measure_now.run_measurement(small_profile, _inputs())
     assert result.error.startswith("Another measurement is running")
+
+
+# --- the shipped nginx configuration: compression, and a copy nginx accepts ----------
+
+NGINX_CONF = ROOT / "docs" / "hosting" / "nginx.conf"
+
+
+def _first_load_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("first_load", ROOT / "benchmarks" / "first_load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _nginx_directives(text: str) -> dict[str, list[str]]:
+    """Each directive's arguments (the last occurrence), from nginx's text: comments dropped,
+    statements ended by ';', '{' or '}'."""
+    import re
+
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    statements = (s.split() for s in re.split(r"[;{}]", code))
+    return {words[0]: words[1:] for words in statements if words}
+
+
+def test_the_shipped_nginx_conf_compresses_javascript_css_and_json():
+    # Streamlit sends its bundles uncompressed (9.4 MB on a first visit) and leaves compression to the proxy.
+    d = _nginx_directives(NGINX_CONF.read_text())
+    assert d["gzip"] == ["on"]
+    assert {"text/javascript", "application/javascript", "text/css", "application/json",
+            "image/svg+xml"} <= set(d["gzip_types"])
+    assert d["gzip_proxied"] == ["any"]
+    assert 1 <= int(d["gzip_comp_level"][0]) <= 6  # Plotly's chunk: 7 to 9 save under 1 % more than 6, for more CPU
+    assert int(d["gzip_min_length"][0]) > 0
+    assert "proxy_set_header Upgrade $http_upgrade;" in NGINX_CONF.read_text()  # the websocket still passes
+
+
+def test_the_benchmark_measures_the_shipped_nginx_conf_with_only_its_ports_changed(tmp_path):
+    shipped = NGINX_CONF.read_text()
+    main = _first_load_benchmark().nginx_config(shipped, 18080, 18501, str(tmp_path))
+    copy = (tmp_path / "server.conf").read_text()
+    changed = [(a, b) for a, b in zip(shipped.splitlines(), copy.splitlines()) if a != b]
+    assert len(copy.splitlines()) == len(shipped.splitlines())
+    assert [b.split() for _, b in changed] == [["server", "127.0.0.1:18501;"], ["listen", "127.0.0.1:18080;"]]
+    assert f"include {tmp_path}/server.conf;" in Path(main).read_text()
+
+
+@pytest.mark.server
+def test_nginx_accepts_the_shipped_conf(tmp_path):
+    bench = _first_load_benchmark()
+    nginx = bench.nginx_binary()
+    if nginx is None:
+        pytest.skip("nginx is not installed")
+    main = bench.nginx_config(NGINX_CONF.read_text(), 18080, 18501, str(tmp_path))
+    bench.check_nginx_config(nginx, main, str(tmp_path))  # raises with nginx's message
+
+
+def test_the_first_load_benchmark_shows_its_help():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "first_load.py"), "--help"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "--visits" in out.stdout and "--only" in out.stdout and "--nginx-conf" in out.stdout
