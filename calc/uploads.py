@@ -59,6 +59,7 @@ def check_upload(data: bytes, filename: str, *, max_bytes: int = MAX_UPLOAD_BYTE
             config = _read_config(archive)
             custom = custom_classes(config)
             check_layer_count(config)
+            check_declared_params(config)
         if custom:
             raise ValueError(
                 f"The model uses classes defined in its author's Python code ({', '.join(custom[:5])}). Safe mode "
@@ -132,6 +133,19 @@ def layer_count(config: object) -> int:
         elif isinstance(node, list):
             stack.extend(node)
     return count
+
+
+def check_declared_params(config: object) -> None:
+    """Raises ``ValueError`` for a model whose weights, counted from its config
+    (``calc.config_params``), would take the reader past its memory budget to build."""
+    from calc.config_params import declared_params
+    from calc.workers.budgets import TENSORFLOW_RESIDENT_BYTES, budget_bytes, gib
+
+    params = declared_params(config)
+    need, budget = 4 * params + TENSORFLOW_RESIDENT_BYTES, budget_bytes("reader")
+    if need > budget:
+        raise ValueError(f"The model's config declares {params:,} parameters: building it to read it takes about "
+                         f"{gib(need)}, more than the reader's memory budget of {gib(budget)} (CALC_READER_GIB).")
 
 
 def check_layer_count(config: object) -> None:

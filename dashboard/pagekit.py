@@ -46,7 +46,12 @@ def _catalogue_profile(inputs: Inputs) -> ModelProfile:
 
 
 def _uploaded_profile() -> ModelProfile:
-    """The uploaded file's ledger, read once per file (kept in this session only)."""
+    """The uploaded file's ledger, read once per file (kept in this session only).
+
+    Once read, the file's bytes leave the server (Streamlit's upload manager would keep them
+    until the session ends, also after the visitor switches to another source); a failed
+    read is remembered too, so a rerun does not read the same file again.
+    """
     from calc.uploads import profile_upload
 
     upload = st.session_state.get("upload_file")
@@ -56,7 +61,13 @@ def _uploaded_profile() -> ModelProfile:
         st.stop()
     cached = st.session_state.get("_upload_profile")
     if cached is not None and cached[0] == upload.file_id:
+        if isinstance(cached[1], str):
+            st.error(cached[1])
+            st.stop()
         return cached[1]
+    if not hasattr(upload, "getvalue"):  # Streamlit no longer holds this file (a DeletedFile)
+        st.info(tr("The uploaded file is no longer on the server; upload it again."))
+        st.stop()
     waiting = st.empty()
     try:
         with READS.turn(lambda ahead: waiting.info(_uploads_ahead(ahead))):
@@ -64,10 +75,23 @@ def _uploaded_profile() -> ModelProfile:
             with st.spinner(tr("Reading {name} (Keras safe mode)…", name=plain(upload.name))):
                 profile = profile_upload(upload.getvalue(), upload.name)
     except ValueError as exc:
-        st.error(f"{plain(upload.name)}: {plain(exc)}")
+        message = f"{plain(upload.name)}: {plain(exc)}"
+        st.session_state["_upload_profile"] = (upload.file_id, message)
+        st.error(message)
         st.stop()
+    finally:
+        _release_upload(upload.file_id)
     st.session_state["_upload_profile"] = (upload.file_id, profile)
     return profile
+
+
+def _release_upload(file_id: str) -> None:
+    """Drops the file's bytes from Streamlit's upload manager: only the ledger is kept."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is not None:
+        ctx.uploaded_file_mgr.remove_file(ctx.session_id, file_id)
 
 
 def _builds_ahead(ahead: int) -> str:

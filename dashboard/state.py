@@ -133,7 +133,7 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
             values[key] = parsers[key](text)
         except (ValueError, TypeError, OverflowError):
             warnings.append((key, tr("Ignored {key}={value} from the link: using {default!r}.", key=key,
-                                     value=plain(repr(text)), default=values[key])))
+                                     value=plain(repr(text[:MAX_QUERY_VALUE_CHARS])), default=values[key])))
     inputs = Inputs(**values)
     if inputs.batch_size % inputs.num_gpus:
         warnings.append(("num_gpus", tr("batch_size {batch_size} is not divisible by num_gpus {num_gpus}: using 1 GPU.",

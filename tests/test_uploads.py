@@ -6,10 +6,13 @@ import os
 import struct
 import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from calc.uploads import MAX_UPLOAD_BYTES, check_upload, profile_upload, zip_entry_count
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_extension_size_and_signatures():
@@ -78,10 +81,13 @@ def test_the_entry_count_is_read_from_the_end_record_before_the_archive_is_opene
 
 
 @pytest.mark.keras
-def test_a_tiny_file_of_a_huge_model_is_stopped_at_the_readers_memory_budget(tmp_path, monkeypatch):
+def test_a_tiny_file_of_a_huge_model_is_refused_by_its_config_and_else_stopped_at_the_budget(tmp_path, monkeypatch):
     """Input(40000) -> Dense(40000) in a 754-byte .keras without weights: building it takes
-    6.4 GB (the reader once reached 5 GB in 18 s); the reader stops at its budget."""
+    6.4 GB (the reader once reached 5 GB in 18 s). Its config says so, and it is refused
+    before any reader starts; a model whose config hid it is stopped at the reader's budget."""
     import keras
+
+    from calc import uploads
 
     inp = keras.Input((4,))
     keras.Model(inp, keras.layers.Dense(4)(inp)).save(tmp_path / "small.keras")
@@ -93,6 +99,11 @@ def test_a_tiny_file_of_a_huge_model_is_stopped_at_the_readers_memory_budget(tmp
         z.writestr("config.json", config)
         z.writestr("metadata.json", metadata)
     assert len(out.getvalue()) < 1000
+    with pytest.raises(ValueError, match=r"declares 1,600,040,000 parameters: building it to read it takes about "
+                                         r"7.5 GiB, more than the reader's memory budget of 4.0 GiB") as caught:
+        check_upload(out.getvalue(), "huge.keras")
+    assert "\n" not in str(caught.value)
+    monkeypatch.setattr(uploads, "check_declared_params", lambda config: None)  # as if the config hid its shapes
     monkeypatch.setenv("CALC_READER_GIB", "1.5")
     with pytest.raises(ValueError, match="passed the reader's memory budget of 1.5 GiB and was stopped"):
         profile_upload(out.getvalue(), "huge.keras")
@@ -127,6 +138,26 @@ def test_an_h5_file_of_more_layers_than_the_limit_is_refused_by_the_reader(tmp_p
         f.attrs["model_config"] = json.dumps(_config_of_layers(15_000))
     with pytest.raises(ValueError, match="has 15,000 layers"):
         profile_upload(path.read_bytes(), "deep.h5")
+
+
+def test_declared_parameters_are_a_floor_of_what_keras_builds():
+    """Counted from each shipped own-model file's config: never more than its ledger, and within 10 %
+    (BatchNormalization, LayerNormalization and attention weights are not counted)."""
+    from calc.config_params import declared_params
+    from calc.validation.ledgers import read_ledgers
+
+    ledgers = read_ledgers()
+    if ledgers is None or not ledgers.usable():
+        pytest.skip("no committed ledgers for this Keras")
+    from calc.catalogue import ModelFile
+
+    for path in sorted((ROOT / "calc" / "data" / "models").glob("*.keras")):
+        profile = ledgers.profile(ModelFile(f"calc/data/models/{path.name}"))
+        if profile is None:
+            continue
+        with zipfile.ZipFile(path) as archive:
+            declared = declared_params(json.loads(archive.read("config.json")))
+        assert 0.9 * profile.total_params <= declared <= profile.total_params, path.name
 
 
 def test_zip_without_config_is_not_a_model():

@@ -66,7 +66,7 @@ def _load_saved(path: str) -> Any:
 def _check_h5_layers(path: str) -> None:
     import h5py
 
-    from calc.uploads import check_layer_count
+    from calc.uploads import check_declared_params, check_layer_count
 
     try:
         with h5py.File(path, "r") as f:
@@ -75,6 +75,7 @@ def _check_h5_layers(path: str) -> None:
     except (OSError, ValueError, RecursionError) as exc:
         raise ValueError(f"The HDF5 file's model_config cannot be read: {type(exc).__name__}") from None
     check_layer_count(config)
+    check_declared_params(config)
 
 
 def _first_nested(model: Any) -> Any:
