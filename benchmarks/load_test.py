@@ -3,7 +3,7 @@
     python benchmarks/load_test.py                 # catalogue tour, then 20 users for 60 s
     python benchmarks/load_test.py --users 2 --duration 8 --no-tour
     python benchmarks/load_test.py --tour-rounds 2 # visit the catalogue twice: does memory keep growing?
-    python benchmarks/load_test.py --no-tour --same-model 0 --hostile  # the load again, beside a hostile visitor
+    python benchmarks/load_test.py --no-tour --same-model 0 --hostile  # then a baseline and a hostile visitor
 
 Starts ``streamlit run app.py`` on 127.0.0.1 (a free port, an empty profile cache of its
 own) and drives it as browsers do: each client opens ``/_stcore/stream`` (subprotocol
@@ -21,12 +21,21 @@ the ``ForwardMsg``s back (resolving ``ref_hash`` ones from its cache).
    precision or GPU) every 1-2 s (seeded), waiting for each rerun to end; on the XLA step
    (the default page) or, with ``--step graph``, on the graph-executor walk, which
    compiles nothing.
-4. With ``--hostile``, the same load again (new sessions, same seed) while one more
-   visitor, without pause, pastes a 2,000-layer ``model.summary()`` (a new one each time),
-   asks for a catalogue model at a new size (a build) and for XLA's plan at a new batch
-   (a compile). The other users' latencies are reported for both phases, and the ratio of
-   their p95s; the hostile visitor's own messages are reported, not counted as errors.
-   Uploads are not part of it (they go through Streamlit's HTTP upload endpoint).
+4. With ``--hostile``, two more phases of the same load, new sessions each, each phase its own
+   sequence of changes of the same kinds: the baseline, then the same beside one more
+   visitor, the server as warm in both (the first phase paid the cold start). The visitor,
+   one request at a time, without pause: uploads files as ``st.file_uploader`` does (a
+   ``file_urls_request`` over the websocket, an HTTP PUT with the XSRF cookie, a rerun
+   carrying the file's state), each round a 1 KiB ``.keras`` of Input(40000) -> Dense(40000)
+   (6.4 GB of weights were it built) and, every other round, one of ``--upload-mib`` MiB (a
+   stored entry of zeros, no config.json), both made in memory; pastes a 2,000-layer
+   ``model.summary()`` (a new one each time); asks for a catalogue model at a new size (a
+   build) and for XLA's plan at a new batch (a compile). That phase lasts ``--duration`` and
+   until the visitor has done ``--hostile-rounds`` full rounds (default 1; at most 240 s
+   more), so that every kind of request meets the users. Reported: the other users'
+   latencies in both phases and the ratio of their p95s, the server's peak memory beside
+   the visitor, and the visitor's own messages (what the server said to each upload), which
+   are not counted as errors.
 
 Measured: ms from sending a change to the run's first message (``new_session``), to the
 curve chart's delta and to ``script_finished`` (p50/p95/max); the server's resident memory
@@ -37,7 +46,9 @@ that does not finish successfully or has no curve chart, a change the server did
 apply, a closed websocket, a rerun over 30 s (120 s in the tour), a traceback in the
 server log.
 Prints a report and one ``RESULT {json}`` line; exits 1 on any error. Bounded: at most
-50 users, 300 s of load plus 180 s, 120 s per tour model, 3 tour rounds; loopback only.
+50 users, 300 s of load (a phase) plus 180 s, and with ``--hostile`` two more phases plus 240 s
+(one upload's read), 120 s per tour model, 3 tour rounds, uploads under the server's 200 MiB;
+loopback only.
 """
 
 from __future__ import annotations
@@ -46,11 +57,15 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import http.client
 import importlib.metadata as md
+import io
+import itertools
 import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -59,11 +74,15 @@ import sys
 import tempfile
 import time
 import urllib.request
-from urllib.parse import parse_qs
+import uuid
+import zipfile
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
 
 import websockets
 from streamlit.proto.Alert_pb2 import Alert
 from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.Common_pb2 import FileURLs
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.NumberInput_pb2 import NumberInput
 from streamlit.proto.WidgetStates_pb2 import WidgetState
@@ -75,8 +94,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MAX_USERS, MAX_DURATION_S, MAX_TOUR_ROUNDS = 50, 300, 3
 RERUN_TIMEOUT_S, TOUR_MODEL_TIMEOUT_S, TOUR_SIZE = 30.0, 120.0, 96
+UPLOAD_TIMEOUT_S = 240.0  # the reader's own limit is 180 s (calc.uploads.TIMEOUT_S), plus its start
+HOSTILE_OVERRUN_S = 240.0  # the phase beside the hostile visitor waits this long past --duration for its rounds
 FIRST_QUERY = "model=ResNet50&image_size=224&batch_size=32&optimizer=adam&precision=float32&gpu=t4"
-WIDGETS = {"selectbox", "radio", "number_input", "slider", "text_area"}
+WIDGETS = {"selectbox", "radio", "number_input", "slider", "text_area", "file_uploader"}
 VERDICT = "Does not fit:"  # the estimator's red verdict is a result, not an error
 CHANGES = {  # input -> (values, what its widget state holds: a selectbox sends the option's label)
     "batch_size": (range(1, 513), int),
@@ -95,6 +116,8 @@ class Client:
         self.url, self.query, self.page_hash, self.ws = url, query, "", None
         self.states: dict[str, WidgetState] = {}  # user key -> the state a browser would send
         self.cache: collections.OrderedDict[str, ForwardMsg] = collections.OrderedDict()
+        self.session_id, self.xsrf = "", None  # for uploads: the AppSession's id, the XSRF cookie
+        self.uploaders: dict[str, str] = {}  # user key -> widget id of each file uploader drawn
 
     async def connect(self) -> None:
         self.ws = await websockets.connect(self.url, subprotocols=["streamlit"], max_size=None, open_timeout=30)
@@ -108,9 +131,13 @@ class Client:
     def query_value(self, key: str) -> str | None:
         return parse_qs(self.query).get(key, [None])[0]
 
-    def _track(self, kind: str, el) -> None:
-        """Keeps a widget's value as drawn (the app always sets it, so set_value is on)."""
-        state = WidgetState(id=el.id)  # "$$ID-<md5 hex>-<user key>"
+    def _track(self, kind: str, el) -> str:
+        """Keeps a widget's value as drawn (the app always sets it, so set_value is on); returns its key."""
+        key = el.id.split("-", 2)[2]  # "$$ID-<md5 hex>-<user key>"
+        if kind == "file_uploader":  # no value until a file is uploaded (``upload``)
+            self.uploaders[key] = el.id
+            return key
+        state = WidgetState(id=el.id)
         if kind in ("selectbox", "radio"):
             state.string_value = el.raw_value  # the formatted option, not an index
         elif kind == "text_area":
@@ -121,7 +148,8 @@ class Client:
             state.double_value = el.value
         else:  # slider
             state.double_array_value.data.extend(el.value)
-        self.states[el.id.split("-", 2)[2]] = state
+        self.states[key] = state
+        return key
 
     def _receive(self, data: bytes) -> ForwardMsg | None:
         m = ForwardMsg.FromString(data)
@@ -149,7 +177,7 @@ class Client:
         cs.cached_message_hashes.extend(self.cache)
         t0 = time.perf_counter()
         await self.ws.send(msg.SerializeToString())
-        out, run_id = {"start_ms": None, "chart_ms": None, "finished_ms": None, "errors": []}, None
+        out, run_id, drawn = {"start_ms": None, "chart_ms": None, "finished_ms": None, "errors": []}, None, set()
         while True:
             left = t0 + timeout - time.perf_counter()
             if left <= 0:
@@ -163,6 +191,7 @@ class Client:
             kind = m.WhichOneof("type")
             if kind == "new_session":
                 run_id, out["start_ms"] = m.metadata.run.script_run_id, ms
+                self.session_id = m.new_session.initialize.session_id or self.session_id
             elif kind == "navigation":
                 self.page_hash = m.navigation.page_script_hash
             elif kind == "page_info_changed":
@@ -175,16 +204,108 @@ class Client:
                 elif ek == "alert" and el.format == Alert.ERROR and not el.body.startswith(VERDICT):
                     out["errors"].append(f"st.error: {el.body}")
                 elif ek in WIDGETS:
-                    self._track(ek, el)
+                    drawn.add(self._track(ek, el))
                 elif ek == "plotly_chart" and el.id.endswith("-curve_chart") and out["chart_ms"] is None:
                     out["chart_ms"] = ms
             elif kind == "script_finished" and m.metadata.run.script_run_id in ("", run_id):
                 out["finished_ms"] = ms
+                # The browser forgets the state of a widget the run did not draw (removeInactive):
+                # a file uploader that goes away takes its file with it, on the page, not on the server.
+                self.states = {k: v for k, v in self.states.items() if k in drawn}
+                self.uploaders = {k: v for k, v in self.uploaders.items() if k in drawn}
                 if m.script_finished != ForwardMsg.FINISHED_SUCCESSFULLY:
                     out["errors"].append(f"script_finished {ForwardMsg.ScriptFinishedStatus.Name(m.script_finished)}")
                 elif out["chart_ms"] is None:
                     out["errors"].append("the run ended without the curve chart")
                 return out
+
+    async def upload(self, key: str, name: str, data: bytes, timeout: float) -> dict:
+        """Uploads a file into the file uploader ``key`` as ``st.file_uploader`` does in the
+        browser, then reruns with it; ``rerun``'s answer with ``put_ms`` added.
+
+        The browser replaces a single file uploader's file by deleting the old one first
+        (``DELETE`` its ``delete_url``), asks the session for URLs (``BackMsg.file_urls_request``,
+        answered by ``ForwardMsg.file_urls_response``), PUTs the file as multipart form data
+        (field and file name: the file's name) with the ``_streamlit_xsrf`` cookie and the same
+        value in ``X-Xsrftoken``, and reruns with the widget's ``file_uploader_state_value``.
+        """
+        if key not in self.uploaders:
+            raise RuntimeError(f"no file uploader {key!r} on the page")
+        if self.xsrf is None:  # the browser has it from the health check it makes before connecting
+            self.xsrf = await asyncio.to_thread(self._xsrf_cookie)
+        old = self.states.get(key)
+        for info in old.file_uploader_state_value.uploaded_file_info if old is not None else ():
+            if info.file_urls.delete_url:
+                await asyncio.to_thread(self._http, "DELETE", info.file_urls.delete_url, [], "")
+        msg, request_id = BackMsg(), str(uuid.uuid4())
+        msg.file_urls_request.request_id, msg.file_urls_request.session_id = request_id, self.session_id
+        msg.file_urls_request.file_names.append(name)
+        await self.ws.send(msg.SerializeToString())
+        urls = await self._file_urls(request_id, timeout)
+        boundary = uuid.uuid4().hex
+        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{name}"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n").encode()
+        t0 = time.perf_counter()
+        await asyncio.to_thread(self._http, "PUT", urls.upload_url, [head, data, f"\r\n--{boundary}--\r\n".encode()],
+                                f"multipart/form-data; boundary={boundary}")
+        put_ms = (time.perf_counter() - t0) * 1e3
+        state = WidgetState(id=self.uploaders[key])
+        state.file_uploader_state_value.uploaded_file_info.add(file_id=urls.file_id, name=name, size=len(data),
+                                                               file_urls=urls)
+        self.states[key] = state
+        out = await self.rerun(timeout)
+        out["put_ms"] = put_ms
+        return out
+
+    async def _file_urls(self, request_id: str, timeout: float) -> FileURLs:
+        deadline = time.perf_counter() + timeout
+        while True:
+            data = await asyncio.wait_for(self.ws.recv(), max(0.0, deadline - time.perf_counter()))
+            m = self._receive(data)
+            if m is not None and m.WhichOneof("type") == "file_urls_response":
+                r = m.file_urls_response
+                if r.response_id == request_id:
+                    if r.error_msg or len(r.file_urls) != 1:
+                        raise OSError(f"file_urls_response: {r.error_msg or len(r.file_urls)}")
+                    return r.file_urls[0]
+
+    def _origin(self) -> tuple[str, int]:
+        parts = urlsplit(self.url)
+        return parts.hostname, parts.port
+
+    def _xsrf_cookie(self) -> str:
+        conn = http.client.HTTPConnection(*self._origin(), timeout=30)
+        try:
+            conn.request("GET", "/_stcore/health")
+            resp = conn.getresponse()
+            resp.read()
+            for header in resp.headers.get_all("Set-Cookie") or []:
+                name, _, value = header.split(";", 1)[0].partition("=")
+                if name.strip() == "_streamlit_xsrf":
+                    return value
+        finally:
+            conn.close()
+        raise OSError("the server set no _streamlit_xsrf cookie (is server.enableXsrfProtection on?)")
+
+    def _http(self, method: str, path: str, body: list[bytes], content_type: str) -> None:
+        """One request to the server with the browser's XSRF cookie and header; the body sent in parts."""
+        conn = http.client.HTTPConnection(*self._origin(), timeout=UPLOAD_TIMEOUT_S)
+        try:
+            conn.putrequest(method, path)
+            for header, value in (("Cookie", f"_streamlit_xsrf={self.xsrf}"), ("X-Xsrftoken", self.xsrf),
+                                  ("Content-Length", str(sum(map(len, body))))):
+                conn.putheader(header, value)
+            if content_type:
+                conn.putheader("Content-Type", content_type)
+            conn.endheaders()
+            for part in body:
+                conn.send(part)
+            resp = conn.getresponse()
+            text = resp.read()[:300]
+            if resp.status not in (200, 204):
+                raise OSError(f"{method} {path} answered {resp.status}: {text.decode(errors='replace')}")
+        finally:
+            conn.close()
 
 
 def rss_mib(pid: int) -> dict:
@@ -252,13 +373,18 @@ async def tour(url: str, rounds: int, pid: int, record) -> dict:
     return info
 
 
-async def user(i: int, url: str, args, stop_at: float, record, latencies: dict) -> None:
-    rng, c = random.Random(args.seed * 1000 + i), Client(url, f"{FIRST_QUERY}&step={args.step}")
+def until(t: float) -> Callable[[], bool]:
+    return lambda: time.monotonic() >= t
+
+
+async def user(i: int, url: str, args, over: Callable[[], bool], record, latencies: dict, phase: int = 0) -> None:
+    """Changes one input every 1-2 s until ``over()``; each phase its own sequence of changes."""
+    rng, c = random.Random(args.seed * 1000 + 100 * phase + i), Client(url, f"{FIRST_QUERY}&step={args.step}")
     await asyncio.sleep(2.0 * i / args.users)
     try:
         await c.connect()
         record(f"user {i} first page", await c.rerun(RERUN_TIMEOUT_S))
-        while time.monotonic() < stop_at:
+        while not over():
             next_at = time.monotonic() + rng.uniform(1.0, 2.0)
             key = rng.choice(list(CHANGES))
             value = rng.choice(CHANGES[key][0])
@@ -289,39 +415,120 @@ def hostile_summary(width: int) -> str:
     return "\n".join(rows + ["=" * 64, f"Total params: {(HOSTILE_LAYERS - 1) * (width * width + width):,}"])
 
 
-async def hostile_visitor(url: str, stop_at: float, seed: int, log: list[str]) -> dict:
-    """Pastes, builds and compiles, one after another, until ``stop_at``; returns counts."""
+UPLOAD_KEY, HUGE_NAME, LARGE_NAME = "upload_file", "huge_dense.keras", "large.keras"
+HUGE_UNITS = 40_000
+SOURCES = {"upload": "my .keras / .h5 file", "summary": "pasted model.summary()", "catalogue": "Keras applications"}
+
+
+def huge_model_keras(units: int = HUGE_UNITS) -> bytes:
+    """A ``.keras`` of Input(units) -> Dense(units) without weights, its config as Keras 3.15
+    writes it: about 1 KiB that would build units**2 float32 weights (6.4 GB at 40,000)."""
+    def obj(module: str, class_name: str, config: dict, **more) -> dict:
+        return {"module": module, "class_name": class_name, "config": config, "registered_name": None, **more}
+
+    tensor = {"class_name": "__keras_tensor__",
+              "config": {"shape": [None, units], "dtype": "float32", "keras_history": ["input_layer", 0, 0]}}
+    dense = {"name": "dense", "trainable": True,
+             "dtype": obj("keras", "DTypePolicy", {"name": "float32"}), "units": units, "activation": "linear",
+             "use_bias": True, "kernel_initializer": obj("keras.initializers", "GlorotUniform", {"seed": None}),
+             "bias_initializer": obj("keras.initializers", "Zeros", {}), "kernel_regularizer": None,
+             "bias_regularizer": None, "kernel_constraint": None, "bias_constraint": None}
+    layers = [
+        obj("keras.layers", "InputLayer", {"batch_shape": [None, units], "dtype": "float32", "sparse": False,
+                                           "ragged": False, "name": "input_layer", "optional": False},
+            name="input_layer", inbound_nodes=[]),
+        obj("keras.layers", "Dense", dense, build_config={"input_shape": [None, units]}, name="dense",
+            inbound_nodes=[{"args": [tensor], "kwargs": {}}])]
+    model = obj("keras.src.models.functional", "Functional",
+                {"name": "functional", "trainable": True, "layers": layers, "input_layers": ["input_layer", 0, 0],
+                 "output_layers": ["dense", 0, 0]}, build_config={"input_shape": None}, compile_config={})
+    model["registered_name"] = "Functional"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1", "date_saved": "2026-01-01@00:00:00"}))
+        z.writestr("config.json", json.dumps(model))
+    return out.getvalue()
+
+
+def large_upload(mib: int) -> bytes:
+    """A zip of one stored entry, ``mib`` MiB of zeros: the size of a large model's file."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("model.weights.h5", bytes(mib * 2**20))
+    return out.getvalue()
+
+
+async def hostile_visitor(url: str, over: Callable[[], bool], seed: int, files: dict[str, bytes], done: dict,
+                          log: list[str], said: dict[str, dict]) -> dict:
+    """Uploads, pastes, builds and compiles, one request at a time, until ``over()`` (looked at
+    before each step); counts in ``done`` the rounds and steps done, returns the seconds the steps
+    took, by kind. ``said``: per file, the message its first upload got, the seconds of each PUT
+    and of each rerun that read it."""
     rng, c = random.Random(seed), Client(url)
-    done = {"pastes": 0, "builds": 0, "compile_requests": 0}
+    took = {kind: 0.0 for kind in done if kind != "rounds"}
     sizes = iter(range(112, 8192, 8))  # new sizes: each one a build in the build worker
-    try:
+
+    async def switch(source: str) -> None:  # the run stops at an st.info until the new input is given
+        if c.states["source"].string_value != SOURCES[source]:
+            c.set("source", SOURCES[source])
+            await c.rerun(TOUR_MODEL_TIMEOUT_S)
+
+    async def upload(name: str) -> None:
+        await switch("upload")
+        r = await c.upload(UPLOAD_KEY, name, files[name], UPLOAD_TIMEOUT_S)
+        log.extend(r["errors"])
+        text = next((e for e in r["errors"] if e.startswith("st.error: ")), "(read, no message)")
+        seen = said.setdefault(name, {"reply": re.sub(r"\\(.)", r"\1", text)[:300],  # without plain()'s escapes
+                                      "put_s": [], "rerun_s": []})
+        seen["put_s"].append(round(r["put_ms"] / 1e3, 2))
+        seen["rerun_s"].append(round(r["finished_ms"] / 1e3, 2))
+
+    async def paste() -> None:
+        await switch("summary")
+        c.set("summary_text", hostile_summary(rng.randrange(8, 4096)))
+        log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
+
+    async def build() -> None:
+        await switch("catalogue")
+        c.set("model", rng.choice(["ResNet50", "MobileNetV2", "EfficientNetB0", "DenseNet121"]))
+        c.set("image_size", next(sizes))
+        log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
+
+    async def compile_request() -> None:
+        if "step" in c.states:
+            c.set("step", "XLA (Keras's default on a GPU, jit_compile=True)")
+        c.set("batch_size", rng.randrange(1, 512))
+        log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
+
+    def steps(k: int):
+        if k % 2 == 0:
+            yield "uploads", lambda: upload(LARGE_NAME)
+        yield "uploads", lambda: upload(HUGE_NAME)
+        yield "pastes", paste
+        yield "builds", build
+        yield "compile_requests", compile_request
+
+    async def rounds() -> None:
         await c.connect()
         await c.rerun(TOUR_MODEL_TIMEOUT_S)
-        while time.monotonic() < stop_at:
-            c.set("source", "pasted model.summary()")
-            await c.rerun(TOUR_MODEL_TIMEOUT_S)
-            if "summary_text" in c.states:
-                c.set("summary_text", hostile_summary(rng.randrange(8, 4096)))
-                r = await c.rerun(TOUR_MODEL_TIMEOUT_S)
-                log.extend(r["errors"])
-                done["pastes"] += 1
-            c.set("source", "Keras applications")
-            await c.rerun(TOUR_MODEL_TIMEOUT_S)
-            c.set("model", rng.choice(["ResNet50", "MobileNetV2", "EfficientNetB0", "DenseNet121"]))
-            c.set("image_size", next(sizes))
-            log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
-            done["builds"] += 1
-            if "step" in c.states:
-                c.set("step", "XLA (Keras's default on a GPU, jit_compile=True)")
-            c.set("batch_size", rng.randrange(1, 512))
-            log.extend((await c.rerun(TOUR_MODEL_TIMEOUT_S))["errors"])
-            done["compile_requests"] += 1
+        for k in itertools.count():
+            for kind, step in steps(k):
+                if over():
+                    return
+                t = time.monotonic()
+                await step()
+                done[kind] += 1
+                took[kind] += time.monotonic() - t
+            done["rounds"] += 1
+
+    try:
+        await rounds()
     except (OSError, TimeoutError, websockets.ConnectionClosed) as exc:
         log.append(f"{type(exc).__name__}: {exc}")
     finally:
         if c.ws is not None:
             await c.ws.close()
-    return done
+    return {k: round(v, 1) for k, v in took.items()}
 
 
 SAME_MODEL = "EfficientNetB3"  # default 300 px: the sizes below are built, never shipped
@@ -370,34 +577,69 @@ async def run(args, port: int, pid: int, result: dict, latencies: dict, record) 
         result["rss_mib"]["after_tour"] = result["tour"]["rounds"][-1]["rss_mib"]
     if args.same_model:
         result["same_model"] = await same_model_at_once(url, args.same_model, record)
-    cpu0, t0, stop_at = cpu_s(pid), time.monotonic(), time.monotonic() + args.duration
-    await asyncio.gather(*(user(i, url, args, stop_at, record, latencies) for i in range(args.users)))
+    cpu0, t0 = cpu_s(pid), time.monotonic()
+    await asyncio.gather(*(user(i, url, args, until(t0 + args.duration), record, latencies) for i in range(args.users)))
     result["server_cpu_load"] = {"cpu_s": round(cpu_s(pid) - cpu0, 1), "wall_s": round(time.monotonic() - t0, 1)}
     result["rss_mib"]["after_load"] = rss_mib(pid)
     if args.hostile:
-        await hostile_phase(url, args, pid, result, record, pct(latencies["finished"], 0.95))
+        await hostile_phase(url, args, pid, result, record)
 
 
-async def hostile_phase(url: str, args, pid: int, result: dict, record, base: float | None) -> None:
-    """The load again, beside one hostile visitor; the other users' latencies for the ratio."""
+def stats(latencies: dict[str, list]) -> dict:
+    return {k: {"p50": pct(v, 0.5), "p95": pct(v, 0.95), "max": pct(v, 1.0)} for k, v in latencies.items()}
+
+
+async def hostile_phase(url: str, args, pid: int, result: dict, record) -> None:
+    """The load again without the hostile visitor (the baseline: the server as warm as it will be
+    beside the visitor), then the load beside the visitor; the other users' latencies in both, and
+    the server's memory (its children included) sampled every 0.25 s beside the visitor."""
+    alone: dict[str, list] = {"start": [], "chart": [], "finished": []}
+    cpu0, t0 = cpu_s(pid), time.monotonic()
+    await asyncio.gather(*(user(i, url, args, until(t0 + args.duration), record, alone, phase=1)
+                           for i in range(args.users)))
+    baseline = {"changes": len(alone["finished"]), "latency_ms": stats(alone),
+                "server_cpu_s": round(cpu_s(pid) - cpu0, 1), "wall_s": round(time.monotonic() - t0, 1)}
     beside: dict[str, list] = {"start": [], "chart": [], "finished": []}
     log: list[str] = []
-    peak = {"rss": 0.0}
-    stop_at = time.monotonic() + args.duration
+    said: dict[str, dict] = {}
+    files = {HUGE_NAME: huge_model_keras(), LARGE_NAME: large_upload(args.upload_mib)}
+    before = rss_mib(pid)
+    peak = {"rss": 0.0, "server_rss": 0.0}
+    done = {"rounds": 0, "uploads": 0, "pastes": 0, "builds": 0, "compile_requests": 0}
+    t0 = time.monotonic()
+    stop_at, visiting = t0 + args.duration, True
+
+    def over() -> bool:  # --duration and the visitor's rounds, or the overrun's end
+        now = time.monotonic()
+        return now >= stop_at + HOSTILE_OVERRUN_S or (
+            now >= stop_at and (done["rounds"] >= args.hostile_rounds or not visiting))
 
     async def watch_memory() -> None:
-        while time.monotonic() < stop_at:
-            peak["rss"] = max(peak["rss"], rss_mib(pid)["rss"])
-            await asyncio.sleep(0.5)
+        while visiting or not over():
+            mem = rss_mib(pid)
+            peak["rss"], peak["server_rss"] = max(peak["rss"], mem["rss"]), max(peak["server_rss"], mem["server_rss"])
+            await asyncio.sleep(0.25)
 
-    users = (user(i, url, args, stop_at, record, beside) for i in range(args.users))
-    done, *_ = await asyncio.gather(hostile_visitor(url, stop_at, args.seed, log), watch_memory(), *users)
-    p95 = pct(beside["finished"], 0.95)
+    async def visitor() -> dict:
+        nonlocal visiting
+        try:
+            return await hostile_visitor(url, over, args.seed, files, done, log, said)
+        finally:
+            visiting = False
+
+    cpu0 = cpu_s(pid)
+    users = (user(i, url, args, over, record, beside, phase=2) for i in range(args.users))
+    took, *_ = await asyncio.gather(visitor(), watch_memory(), *users)
+    p95, base = pct(beside["finished"], 0.95), baseline["latency_ms"]["finished"]["p95"]
+    after = rss_mib(pid)
     result["hostile"] = {
-        "visitor": done, "visitor_messages": len(log), "visitor_message_samples": [m[:300] for m in log[:3]],
-        "changes": len(beside["finished"]),
-        "latency_ms": {k: {"p50": pct(v, 0.5), "p95": pct(v, 0.95), "max": pct(v, 1.0)} for k, v in beside.items()},
-        "peak_rss_mib_with_children": round(peak["rss"], 1), "rss_mib_after": rss_mib(pid),
+        "baseline": baseline, "server_cpu_s": round(cpu_s(pid) - cpu0, 1),
+        "visitor": done, "visitor_s": took, "wall_s": round(time.monotonic() - t0, 1),
+        "uploads": {name: {"bytes": len(files[name]), **seen} for name, seen in said.items()},
+        "visitor_messages": len(log), "visitor_message_samples": [m[:300] for m in log[:3]],
+        "changes": len(beside["finished"]), "latency_ms": stats(beside),
+        "peak_rss_mib_with_children": round(peak["rss"], 1), "peak_server_rss_mib": round(peak["server_rss"], 1),
+        "rss_mib_before": before, "rss_mib_after": after,
         "p95_ratio": round(p95 / base, 2) if base and p95 else None}
 
 
@@ -446,10 +688,19 @@ def report(args, result: dict, errors: list[str]) -> None:
               f"with build worker RSS {v['rss']:8.1f} MiB")
     if "hostile" in result:
         h, hl = result["hostile"], result["hostile"]["latency_ms"]["finished"]
-        print(f"  beside a hostile visitor ({h['visitor']}): {h['changes']} changes, change -> script_finished "
-              f"p50 {hl['p50']} ms  p95 {hl['p95']} ms  max {hl['max']} ms; p95 {h['p95_ratio']}x the load alone; "
-              f"server with children peaked at {h['peak_rss_mib_with_children']} MiB; "
+        b, bl = h["baseline"], h["baseline"]["latency_ms"]["finished"]
+        print(f"  the load again, the baseline: {b['changes']} changes, change -> script_finished p50 {bl['p50']} ms  "
+              f"p95 {bl['p95']} ms  max {bl['max']} ms; server CPU {b['server_cpu_s']} s in {b['wall_s']} s")
+        print(f"  beside a hostile visitor ({h['visitor']}, seconds {h['visitor_s']}): {h['changes']} changes, "
+              f"change -> script_finished p50 {hl['p50']} ms  p95 {hl['p95']} ms  max {hl['max']} ms; "
+              f"p95 {h['p95_ratio']}x the baseline; server CPU {h['server_cpu_s']} s in {h['wall_s']} s")
+        print(f"    memory during it: server with children peaked at {h['peak_rss_mib_with_children']} MiB "
+              f"(sampled every 0.25 s), the server alone at {h['peak_server_rss_mib']} MiB (its VmHWM "
+              f"{h['rss_mib_before']['server_hwm']} -> {h['rss_mib_after']['server_hwm']} MiB); "
               f"{h['visitor_messages']} messages to the visitor")
+        for name, u in h["uploads"].items():
+            print(f"    upload {name} ({u['bytes']:,} bytes), PUT {u['put_s']} s, its rerun {u['rerun_s']} s: "
+                  f"{u['reply']}")
     for e in errors[:5]:
         print("  ERROR", e[:800])
 
@@ -467,14 +718,21 @@ def main() -> int:
                    help="the users' training step: xla (the default page: a batch change may queue an XLA "
                         "compile) or graph (the walk alone, no compiles)")
     p.add_argument("--hostile", action="store_true",
-                   help="then the load again beside a visitor who pastes, builds and compiles without pause")
+                   help="then the load again beside a visitor who uploads, pastes, builds and compiles without pause")
+    p.add_argument("--hostile-rounds", type=int, default=1, choices=range(0, 11), metavar="N",
+                   help="the phase beside the hostile visitor lasts --duration and until the visitor has done N "
+                        "full rounds (at most 240 s more; 0: --duration alone)")
+    p.add_argument("--upload-mib", type=int, default=150, choices=range(1, 191), metavar="MIB",
+                   help="the hostile visitor's large upload, every other round (the server takes up to 200 MiB)")
     p.add_argument("--host", default="127.0.0.1", help="loopback only (the server listens on 127.0.0.1)")
     args = p.parse_args()
     if args.host not in ("127.0.0.1", "localhost"):
         p.error("loopback only: --host must be 127.0.0.1 or localhost")
     if not (1 <= args.users <= MAX_USERS and 0 < args.duration <= MAX_DURATION_S):
         p.error(f"--users must be 1..{MAX_USERS} and --duration in (0, {MAX_DURATION_S}]")
-    wall_limit = args.duration * (2 if args.hostile else 1) + 180 + (args.tour_rounds * len(CATALOGUE) * TOUR_MODEL_TIMEOUT_S if args.tour else 0)
+    wall_limit = (args.duration * (3 if args.hostile else 1) + 180
+                  + (HOSTILE_OVERRUN_S + UPLOAD_TIMEOUT_S if args.hostile else 0)
+                  + (args.tour_rounds * len(CATALOGUE) * TOUR_MODEL_TIMEOUT_S if args.tour else 0))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -507,8 +765,7 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     errors += [f"server log: Traceback{chunk[:2000]}" for chunk in log.split("Traceback")[1:]]
     result.update(changes=len(latencies["finished"]), ref_hash_messages=Client.refs_resolved,
-                  latency_ms={k: {"p50": pct(v, 0.5), "p95": pct(v, 0.95), "max": pct(v, 1.0)}
-                              for k, v in latencies.items()},
+                  latency_ms=stats(latencies),
                   errors=len(errors), error_samples=errors[:5], cpu_count=os.cpu_count(),
                   versions={n: md.version(n) for n in ("streamlit", "tensorflow", "keras", "websockets")})
     report(args, result, errors)
