@@ -47,7 +47,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -95,12 +94,6 @@ CHART_WATCH = """(() => {
 })();""" % json.dumps(list(CHARTS))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def nginx_binary() -> str | None:
     return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
                                           if os.access(p, os.X_OK)), None)
@@ -145,30 +138,15 @@ def check_nginx_config(nginx: str, main_conf: str, workdir: str) -> None:
         raise RuntimeError(f"nginx -t refused {main_conf}: {out.stderr.strip()}")
 
 
-def start_nginx(nginx: str, server_block: str, upstream_port: int, workdir: str) -> tuple[subprocess.Popen, int]:
-    """Starts nginx in the foreground, in a process group of its own. ``workdir`` must be
-    reachable by nginx's workers (as root, nginx runs them as nobody: a temporary file they
-    cannot write ends a large answer early)."""
-    port = free_port()
+def start_nginx(nginx: str, server_block: str, port: int, upstream_port: int, workdir: str) -> subprocess.Popen:
+    """Starts nginx on ``port`` in the foreground, in a process group of its own. ``workdir``
+    must be reachable by nginx's workers (as root, nginx runs them as nobody: a temporary file
+    they cannot write ends a large answer early)."""
     main = nginx_config(server_block, port, upstream_port, workdir)
     check_nginx_config(nginx, main, workdir)
     log = open(os.path.join(workdir, "stdout.log"), "wb")
-    proc = subprocess.Popen([nginx, "-p", workdir, "-e", f"{workdir}/error.log", "-c", main], stdout=log,
+    return subprocess.Popen([nginx, "-p", workdir, "-e", f"{workdir}/error.log", "-c", main], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, port
-
-
-def wait_ok(proc: subprocess.Popen, url: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.read().strip() == b"ok":
-                    return
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer ok in {timeout:.0f} s")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -391,7 +369,7 @@ def main() -> int:
     networks = {n: NETWORKS[n] for n in (args.network or NETWORKS)}
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from load_test import start_server, wait_healthy
+    from load_test import free_port, start_server, wait_healthy, wait_ok
     from playwright.sync_api import sync_playwright
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
@@ -412,9 +390,10 @@ def main() -> int:
             os.chmod(conf_dir, 0o755)  # nginx started as root runs its workers as nobody
             conf_dirs.append(conf_dir)
             with open(conf) as f:
-                proc, port = start_nginx(nginx, f.read(), st_port, conf_dir)
+                port = free_port()
+                proc = start_nginx(nginx, f.read(), port, st_port, conf_dir)
             procs.append(proc)
-            wait_ok(proc, f"http://127.0.0.1:{port}/_stcore/health")
+            wait_ok(proc, f"http://127.0.0.1:{port}/_stcore/health", what="nginx", poll_s=0.3)
             targets[label] = f"http://127.0.0.1:{port}/"
         print(f"Streamlit pid {streamlit.pid} on 127.0.0.1:{st_port}; "
               + ", ".join(f"{k} {u}" for k, u in targets.items()), flush=True)

@@ -652,17 +652,31 @@ def start_server(port: int, workdir: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def wait_healthy(proc: subprocess.Popen, port: int, timeout: float = 120.0) -> None:
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ok(proc: subprocess.Popen, url: str, timeout: float = 120.0, *, what: str = "server",
+            poll_s: float = 0.5) -> None:
+    """Until ``url`` answers "ok" (Streamlit's health check, also through a proxy); raises if
+    ``proc`` exits first or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
         with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+            with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.read().strip() == b"ok":
                     return
-        time.sleep(0.5)
-    raise RuntimeError(f"server not healthy after {timeout:.0f} s")
+        time.sleep(poll_s)
+    raise RuntimeError(f"{url} did not answer ok in {timeout:.0f} s")
+
+
+def wait_healthy(proc: subprocess.Popen, port: int, timeout: float = 120.0) -> None:
+    wait_ok(proc, f"http://127.0.0.1:{port}/_stcore/health", timeout)
 
 
 def _interrupted(signum, frame):
@@ -733,9 +747,7 @@ def main() -> int:
     wall_limit = (args.duration * (3 if args.hostile else 1) + 180
                   + (HOSTILE_OVERRUN_S + UPLOAD_TIMEOUT_S if args.hostile else 0)
                   + (args.tour_rounds * len(CATALOGUE) * TOUR_MODEL_TIMEOUT_S if args.tour else 0))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     workdir = tempfile.mkdtemp(prefix="calc-load-")
     result: dict = {"users": args.users, "duration_s": args.duration, "rss_mib": {}}
     latencies: dict[str, list] = {"start": [], "chart": [], "finished": []}
