@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from calc.estimate import accumulator_reset_parameters, early_temporaries_per_variable, estimate_memory, plan_step
+from calc.estimate import GpuFit, accumulator_reset_parameters, early_temporaries_per_variable, plan_step
 from calc.facts.dtypes import FLOAT32, LABEL_BYTES
 from calc.gpus import GpuPreset
 from calc.types import Device, MemoryBreakdown, ModelProfile
 from calc.facts.allocator import ALLOCATION_GRANULE, FRAGMENTATION, UNTRACKED_BELOW
 from dashboard.i18n import tr
 from dashboard.state import Inputs
-from dashboard.views import config_of, fit_of, fmt
+from dashboard.views import config_of, fit_of, fmt, layer_rows
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class FormulaNumbers:
     early_alive: float  # the share of them the peak holds (calc.facts.optimizers.EARLY_TEMPORARIES_ALIVE)
     waits_for_all: bool  # mixed_float16: every update waits for every gradient (the loss scale's cond)
     branch_per_param: float  # then: update temporaries per parameter held together (BRANCH_TEMPORARIES)
-    breakdown: MemoryBreakdown
+    fit: GpuFit  # the walk's breakdown on the card, with the usable memory (views.fit_of)
     half_kernel_bytes: int  # mixed_float16: the float16 CPU kernels' buffers of the layer at the peak (calc.facts.kernels)
     kept_per_sample: int
     neurons: int
@@ -47,6 +47,10 @@ class FormulaNumbers:
     engine_max_batch: int  # global, with the safety margin: the Estimator's answer
     measured: Measurement | None
     label_elements: int  # per sample
+
+    @property
+    def breakdown(self) -> MemoryBreakdown:
+        return self.fit.breakdown
 
     @property
     def weights_term_bytes(self) -> int:
@@ -77,14 +81,15 @@ class FormulaNumbers:
 
 
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: Measurement | None,
-                    largest_batch: int | None = None) -> FormulaNumbers:
-    """``largest_batch``: the Estimator's answer (``dashboard.xla_step.largest_batch``); None: the walk's."""
+                    fit: GpuFit, largest_batch: int) -> FormulaNumbers:
+    """``fit``: the walk's fit on ``gpu`` (``views.fit_of``); ``largest_batch``: the Estimator's answer
+    (``dashboard.xla_step.largest_batch``)."""
     from calc import classic
     from calc.estimate import kernel_bytes_at, waits_for_all_gradients
     from calc.facts.optimizers import EARLY_TEMPORARIES_ALIVE, branch_temporaries, slots_per_variable
 
     config = config_of(inputs)
-    b = estimate_memory(profile, config)
+    b = fit.breakdown
     plan = plan_step(profile, config)
     neurons = classic.count_neurons(profile)
     input_elements = sum(profile.tensor_elements[t] for t in profile.input_ids)
@@ -100,7 +105,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         early_alive=EARLY_TEMPORARIES_ALIVE,
         waits_for_all=waits_for_all_gradients(config),
         branch_per_param=branch_temporaries(config.optimizer, config.optimizer_options),
-        breakdown=b,
+        fit=fit,
         half_kernel_bytes=kernel_bytes_at(profile, config, b.peak_phase),
         kept_per_sample=sum(plan.kept_per_sample),
         neurons=neurons,
@@ -109,7 +114,7 @@ def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measu
         cs231n_mb=cs.total_mb,
         cs231n_bytes=int(cs.total_mb * classic.MB),
         rule_max_batch=classic.max_batch_rule(gpu.memory_bytes, neurons, profile.trainable_params),
-        engine_max_batch=fit_of(profile, inputs, gpu).max_batch if largest_batch is None else largest_batch,
+        engine_max_batch=largest_batch,
         measured=measured,
         label_elements=profile.label_elements,
     )
@@ -222,8 +227,8 @@ def measured_for(inputs: Inputs) -> Measurement | None:
     """TensorFlow's measured peak of one device's share of this step, on the chosen kernels, when the
     validation set has it: the graph executor (``jit_compile=False``) on an H100 for GPU kernels, on a CPU
     for CPU kernels, at the per-device batch."""
-    from calc.validation.data import CPU_DATA, FP16_DATA, GPU_TF_DATA, case_id, measured_cases
-    from dashboard.loaders import spec_for
+    from calc.validation.data import CPU_DATA, FP16_DATA, GPU_TF_DATA, case_id
+    from dashboard.loaders import measured_peaks, spec_for
 
     if inputs.source != "catalogue":
         return None
@@ -233,11 +238,10 @@ def measured_for(inputs: Inputs) -> Measurement | None:
     except ValueError:
         return None
     one_device = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
-    wanted = case_id(spec, one_device)
+    wanted = (case_id(spec, one_device), config.device.value)
     for path in (GPU_TF_DATA,) if config.device is Device.GPU else (CPU_DATA, FP16_DATA):
-        for case, _, measured_config in measured_cases(path):
-            if case["case"] == wanted and measured_config.device is config.device:
-                return Measurement(int(case["peak_bytes"]), config.device, one_device.batch_size)
+        if (peak := measured_peaks(path).get(wanted)) is not None:
+            return Measurement(peak, config.device, one_device.batch_size)
     return None
 
 
@@ -281,14 +285,12 @@ def sum_latex(terms: list[Term], total_bytes: int | None, inputs: Inputs | None,
 
 def needed_markdown(n: FormulaNumbers, inputs: Inputs, gpu: GpuPreset) -> str:
     """From the peak to what the card must hold: the framework overhead, the usable memory."""
-    peak = n.breakdown.peak_bytes
-    usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
     return tr("M_peak is the allocator's peak of one GPU's step. `nvidia-smi` shows about **{overhead}** more (the "
               "CUDA context and libraries; plus whatever TensorFlow reserves beyond the peak unless memory growth is "
               "on): **{peak} + {overhead} = {needed}** needed on each GPU, against {usable} usable on {gpu} "
               "({memory} less the {margin}% safety margin).",
-              overhead=fmt(gpu.overhead_bytes, inputs, 3), peak=fmt(peak, inputs, 3),
-              needed=fmt(peak + gpu.overhead_bytes, inputs, 3), usable=fmt(usable, inputs, 3), gpu=gpu.name,
+              overhead=fmt(gpu.overhead_bytes, inputs, 3), peak=fmt(n.fit.breakdown.peak_bytes, inputs, 3),
+              needed=fmt(n.fit.needed_bytes, inputs, 3), usable=fmt(n.fit.usable_bytes, inputs, 3), gpu=gpu.name,
               memory=fmt(gpu.memory_bytes, inputs, 3), margin=inputs.margin)
 
 
@@ -400,15 +402,13 @@ def hand_example(profile: ModelProfile, measured_bytes: int, gpu: GpuPreset) -> 
     """The small model's layers with their arithmetic, and the lesson's terms for its measured step."""
     inputs = replace(Inputs(), **HAND_CONFIG)
     measured = Measurement(measured_bytes, Device.CPU, inputs.batch_size)
-    kept = plan_step(profile, config_of(inputs)).kept_per_sample
-    rows = [HandRow(layer.name + " (" + layer.layer_type + ")",
-                    " + ".join("(" + ", ".join(["B", *map(str, s)]) + ")" for s in layer.output_shapes),
-                    _product(layer.output_shapes[0]),
+    rows = [HandRow(f"{row.name} ({row.layer_type})", row.output_shape, _product(layer.output_shapes[0]),
                     " + ".join(f"{e:,}" for e in (*layer.trainable_weight_elements,
                                                   *layer.non_trainable_weight_elements)) or "0",
-                    layer.params, k)
-            for layer, k in zip(profile.layers, kept)]
-    numbers = formula_numbers(profile, inputs, gpu, measured)
+                    row.params, row.kept_bytes_per_sample)
+            for layer, row in zip(profile.layers, layer_rows(profile, inputs))]
+    fit = fit_of(profile, inputs, gpu)
+    numbers = formula_numbers(profile, inputs, gpu, measured, fit, fit.max_batch)
     return HandExample(rows, numbers, terms(numbers, inputs), inputs)
 
 

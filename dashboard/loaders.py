@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from calc import profiles
@@ -181,17 +183,24 @@ def xla_line(step: str = "graph") -> str:
               xla_over=xla["worst_over_prediction"])
 
 
+@st.cache_data(show_spinner=False)
+def measured_peaks(path: Path) -> dict[tuple[str, str], int]:
+    """A validation data file's measured peaks: (case name, kernels) -> bytes, read once."""
+    from calc.validation.data import measured_cases
+
+    return {(case["case"], config.device.value): int(case["peak_bytes"]) for case, _, config in measured_cases(path)}
+
+
 @st.cache_resource(show_spinner=False)
 def load_hand_example() -> tuple[ModelProfile, int] | None:
     """The Formula page's small model (``dashboard.lesson.HAND_MODEL``): its committed ledger and its
     measured CPU peak (``validation_custom_cpu.json``); None where the ledgers do not fit this Keras."""
     from calc.catalogue import ModelFile
-    from calc.validation.data import CUSTOM_DATA, measured_cases
+    from calc.validation.data import CUSTOM_DATA
     from calc.validation.ledgers import read_ledgers
     from dashboard.lesson import HAND_CASE, HAND_MODEL
 
     ledgers = read_ledgers()
     profile = ledgers.profile(ModelFile(HAND_MODEL)) if ledgers is not None and ledgers.usable() else None
-    peak = next((int(case["peak_bytes"]) for case, _, _ in measured_cases(CUSTOM_DATA) if case["case"] == HAND_CASE),
-                None)
+    peak = measured_peaks(CUSTOM_DATA).get((HAND_CASE, "cpu"))
     return None if profile is None or peak is None else (profile, peak)

@@ -47,9 +47,7 @@ def ensure_routed() -> None:
     Sets the run's language too: a page can run without app.py (Streamlit's AppTest runs a
     page it switched to by itself), and each run starts in English.
     """
-    if st.session_state.get(ROUTED_KEY):
-        set_run_language()
-    else:
-        set_language(str(st.query_params.get("lang", "en")))
+    set_run_language()
+    if not st.session_state.get(ROUTED_KEY):
         st.navigation(app_pages(), position="hidden")
         st.rerun()

@@ -277,7 +277,7 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
     peak = view.needed_bytes - view.overhead_bytes
     values = dict(peak=fmt(peak, inputs), overhead=fmt(view.overhead_bytes, inputs),
                   needed=fmt(view.needed_bytes, inputs), usable=fmt(view.usable_bytes, inputs),
-                  margin=inputs.margin, gpus=inputs.num_gpus, per=inputs.batch_size // inputs.num_gpus)
+                  margin=inputs.margin, gpus=inputs.num_gpus, per=config_of(inputs).per_replica_batch)
     if inputs.num_gpus > 1:
         if view.fits:
             return tr("Fits: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} framework "
@@ -298,7 +298,7 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
 def per_gpu_caption(inputs: Inputs) -> str:
     return tr("Data parallel on {gpus} GPUs: the peak, the chart's bars and the verdict are one GPU's (batch {per}); "
               "the batch sizes, the curve's x axis and the largest batch are global.", gpus=inputs.num_gpus,
-              per=inputs.batch_size // inputs.num_gpus)
+              per=config_of(inputs).per_replica_batch)
 
 
 def breakdown_table(shown: ShownStep) -> list[dict[str, object]]:

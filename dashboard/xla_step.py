@@ -15,7 +15,7 @@ import streamlit as st
 
 from calc import xla
 from calc.gpus import GPU_PRESETS, GpuPreset
-from calc.types import ModelProfile
+from calc.estimate import GpuFit
 from calc.xla import XlaMaxBatch, XlaPlan
 from dashboard import views, xla_jobs
 from dashboard.i18n import language, set_language, tr
@@ -108,13 +108,12 @@ def xla_state(inputs: Inputs, view: views.EstimateView) -> XlaState:
                           model=spec.name, height=spec.height, width=spec.width, gpu=GPU_PRESETS[gpu_key].name)
     search = Want(search_key, search_label, lambda s: xla_jobs.request_max_batch(
         spec, config, gpu_key, remat, budget, max(1, view.max_batch // inputs.num_gpus), search_label, s), "search")
-    job = JOBS.get(search_key)
-    if job is not None and isinstance(job.result, XlaMaxBatch):
-        state.max_batch = job.result
-    elif search_key in st.session_state.get(MAX_BATCH_WANTED, set()):
-        wants.append(search)
-    elif xla_jobs.compiles_enabled():
-        state.max_batch_want = search
+    state.max_batch = finished_search(search_key)
+    if state.max_batch is None:
+        if search_key in st.session_state.get(MAX_BATCH_WANTED, set()):
+            wants.append(search)
+        elif xla_jobs.compiles_enabled():
+            state.max_batch_want = search
 
     JOBS.release(session, {w.key for w in wants})
     waiting, off = [], []
@@ -151,19 +150,23 @@ def _search_key(inputs: Inputs, budget_bytes: int) -> Hashable:
     return xla_jobs.max_batch_key(spec, views.config_of(inputs), inputs.gpu, views.remat_mode(inputs), budget_bytes)
 
 
-def largest_batch(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> int:
+def finished_search(key: Hashable) -> XlaMaxBatch | None:
+    """The answer of the largest-batch search ``key`` names, once it has finished."""
+    job = JOBS.get(key)
+    return job.result if job is not None and isinstance(job.result, XlaMaxBatch) else None
+
+
+def largest_batch(inputs: Inputs, fit: GpuFit, gpu: GpuPreset) -> int:
     """The global largest batch the Estimator shows for these inputs, without queueing anything: XLA's,
-    where this step's plan is known and a search over plans has finished, else the walk's."""
-    fit = views.fit_of(profile, inputs, gpu)
+    where this step's plan is known and a search over plans has finished, else the walk's (``fit``,
+    ``views.fit_of``)."""
     if inputs.step != "xla" or views.xla_reason(inputs) is not None or xla.unavailable_reason() is not None:
         return fit.max_batch
     spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
     if xla_jobs.known_plan(spec, views.config_of(inputs), inputs.gpu, views.remat_mode(inputs)) is None:
         return fit.max_batch
-    job = JOBS.get(_search_key(inputs, fit.usable_bytes - gpu.overhead_bytes))
-    if job is not None and isinstance(job.result, XlaMaxBatch):
-        return job.result.max_batch * inputs.num_gpus
-    return fit.max_batch
+    found = finished_search(_search_key(inputs, fit.usable_bytes - gpu.overhead_bytes))
+    return fit.max_batch if found is None else found.max_batch * inputs.num_gpus
 
 
 def _failure_note(want: Want, error: str) -> tuple[str, str]:

@@ -14,7 +14,8 @@ from dashboard.xla_step import largest_batch
 ensure_routed()
 inputs, profile = inputs_and_profile()
 gpu = gpu_of(inputs)
-n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), largest_batch(profile, inputs, gpu))
+fit = views.fit_of(profile, inputs, gpu)
+n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), fit, largest_batch(inputs, fit, gpu))
 terms = lesson.terms(n, inputs)
 presenting = inputs.present
 if presenting:

@@ -437,11 +437,12 @@ def test_presentation_mode_reveals_one_term_at_a_time_and_hands_out_the_same_les
 
 
 def test_the_handout_holds_every_term_with_its_value_and_shows_text_as_text():
-    from dashboard import lesson
+    from dashboard import lesson, views
 
     inputs = Inputs(model="MobileNetV2", batch_size=16)
     profile = get_profile(make_spec("MobileNetV2", 224))
-    n = lesson.formula_numbers(profile, inputs, GPU_PRESETS["t4"], None)
+    fit = views.fit_of(profile, inputs, GPU_PRESETS["t4"])
+    n = lesson.formula_numbers(profile, inputs, GPU_PRESETS["t4"], None, fit, fit.max_batch)
     terms = lesson.terms(n, inputs)
     html = lesson.handout_html(n, inputs, terms, "<img src=x onerror=alert(1)>")
     assert "<img" not in html and "&lt;img src=x" in html
