@@ -2,6 +2,8 @@
 
     python benchmarks/first_load.py                          # direct and nginx, loopback and 20 Mbit/s, 5 visits
     python benchmarks/first_load.py --visits 3 --only direct
+    git worktree add /tmp/before COMMIT                  # another version of the app, in the same run:
+    python benchmarks/first_load.py --baseline-app /tmp/before
     git show 3ef7b93:docs/hosting/nginx.conf > /tmp/old-nginx.conf  # before compression; both in one run
     python benchmarks/first_load.py --nginx-conf /tmp/old-nginx.conf --nginx-conf docs/hosting/nginx.conf
 
@@ -12,7 +14,9 @@ shipped file is a server block; it is copied into a temporary directory with onl
 ``listen`` port and its upstream's port changed, and included in an ``http`` block that has
 the settings of Debian's stock ``/etc/nginx/nginx.conf`` (where ``conf.d/`` lands), so what is
 measured is the shipped settings. nginx runs in the foreground (started as root, its workers
-run as nobody, as Debian's run as www-data).
+run as nobody, as Debian's run as www-data). With ``--baseline-app DIR``, a second Streamlit
+serves the checkout in DIR, straight and through each nginx configuration ("baseline",
+"baseline nginx"), and each target is compared with its baseline.
 
 One unmeasured visit per target first (the server's own imports are not a visitor's), then
 ``--visits`` rounds; each round opens the Estimator page (``/``) once per target and network,
@@ -22,9 +26,10 @@ driven by Playwright. Networks: loopback, and 20 Mbit/s down and up with 20 ms l
 
 Measured per visit, in ms from navigation start: the first Plotly chart drawn (an SVG trace
 in ``.js-plotly-plot``, seen by a MutationObserver in the page), and on the way there the
-document's arrival, the websocket's opening, the first ``plotly_chart`` element and the
-``script_finished`` message on the websocket, the request for Plotly's JavaScript chunk and
-its arrival. Bytes, of the whole visit (until no request has been open for 0.5 s): HTTP
+document's arrival, the websocket's opening, the first chart element (the page's loader of
+plotly.js, ``dashboard/charts.py``; ``plotly_chart`` in a baseline from before it) and the
+``script_finished`` message on the websocket, the request for Plotly's JavaScript and its
+arrival, and the rest of the page drawn (its last element, ``PAGE_END``). Bytes, of the whole visit (until no request has been open for 0.5 s): HTTP
 responses as received over the wire (the sum of CDP ``Network.loadingFinished``
 ``encodedDataLength``, so compression shows) and, separately,
 the websocket messages' payload (after any decompression; DevTools does not show a
@@ -62,7 +67,15 @@ NETWORKS = {  # DevTools network emulation: throughput in bytes/s, latency in ms
     "loopback": None,
     "20 Mbit/s": {"offline": False, "latency": 20, "downloadThroughput": 20e6 / 8, "uploadThroughput": 20e6 / 8},
 }
+# Plotly's JavaScript: the dashboard's basic bundle from its static files, or Streamlit's own
+# chunk where a page uses st.plotly_chart (a --baseline-app checkout from before the bundle).
+PLOTLY_JS = ("/app/static/plotly-basic-", "/PlotlyChart.")
+CHART_ELEMENTS = ("bidi_component", "plotly_chart")  # the chart's element on the websocket, likewise
 CHARTS = ("breakdown_chart", "curve_chart")  # the Estimator's two Plotly charts, by their widget keys
+# The Estimator's last element, after its charts: once its button is drawn, so is the rest of the
+# page (widgets, metrics, texts, the table). Beside the first chart, it shows what the charts
+# themselves add to a first visit.
+PAGE_END = "dl_breakdown_json"
 VISIT_TIMEOUT_S = 60
 DEBIAN_HTTP = """\
     sendfile on;
@@ -84,14 +97,15 @@ CHART_WATCH = """(() => {
   const check = () => {
     const now = performance.now();
     if (marks.first === undefined && document.querySelector('.js-plotly-plot .main-svg .trace')) marks.first = now;
+    if (marks.page === undefined && document.querySelector(`.st-key-${%s} button`)) marks.page = now;
     for (const k of keys) {
       if (marks[k] === undefined && document.querySelector(`.st-key-${k} .js-plotly-plot .main-svg .trace`)) marks[k] = now;
     }
-    if (keys.every(k => marks[k] !== undefined)) observer.disconnect();
+    if (marks.page !== undefined && keys.every(k => marks[k] !== undefined)) observer.disconnect();
   };
   const observer = new MutationObserver(check);
   observer.observe(document, {childList: true, subtree: true});
-})();""" % json.dumps(list(CHARTS))
+})();""" % (json.dumps(list(CHARTS)), json.dumps(PAGE_END))
 
 
 def nginx_binary() -> str | None:
@@ -183,7 +197,7 @@ class Visit:
         self.resources[e["requestId"]] = {"url": e["request"]["url"], "sent": e["timestamp"]}
         self.pending.add(e["requestId"])
         self.last_event = time.monotonic()
-        if "/PlotlyChart." in e["request"]["url"]:
+        if any(marker in e["request"]["url"] for marker in PLOTLY_JS):
             self.plotly_ids.add(e["requestId"])
             self.mark("plotly_js_requested", e["timestamp"])
 
@@ -217,7 +231,7 @@ class Visit:
             m = ForwardMsg.FromString(data)
             kind = m.WhichOneof("type")
             if kind == "delta" and m.delta.WhichOneof("type") == "new_element" \
-                    and m.delta.new_element.WhichOneof("type") == "plotly_chart":
+                    and m.delta.new_element.WhichOneof("type") in CHART_ELEMENTS:
                 self.mark("ws_plotly_element", e["timestamp"])
             elif kind == "script_finished":
                 self.mark("ws_script_finished", e["timestamp"])
@@ -263,9 +277,15 @@ def visit(browser, url: str, network: dict | None) -> dict:
         if network:
             cdp.send("Network.emulateNetworkConditions", network)
         page.goto(url, wait_until="commit", timeout=VISIT_TIMEOUT_S * 1e3)
-        keys = " && ".join(f"m.{k} !== undefined" for k in ("first",) + CHARTS)
-        page.wait_for_function(f"(() => {{ const m = window.__firstLoad; return m && {keys}; }})()",
-                               timeout=VISIT_TIMEOUT_S * 1e3, polling=100)
+        keys = " && ".join(f"m.{k} !== undefined" for k in ("first", "page") + CHARTS)
+        try:
+            page.wait_for_function(f"(() => {{ const m = window.__firstLoad; return m && {keys}; }})()",
+                                   timeout=VISIT_TIMEOUT_S * 1e3, polling=100)
+        except Exception as exc:  # say how far the visit got, and which requests were still open
+            seen = page.evaluate("window.__firstLoad") or {}
+            open_urls = [urllib.parse.urlsplit(v.resources[r]["url"]).path for r in v.pending if r in v.resources]
+            raise TimeoutError(f"{type(exc).__name__}: marks {seen}, {len(open_urls)} requests open: "
+                               f"{open_urls[:5]}") from exc
         marks = page.evaluate("window.__firstLoad")
         long_tasks = page.evaluate("window.__longTasks")
         origin = page.evaluate("performance.timeOrigin")
@@ -273,6 +293,7 @@ def visit(browser, url: str, network: dict | None) -> dict:
         while (v.pending or time.monotonic() - v.last_event < 0.5) and time.monotonic() < quiet_until:
             page.wait_for_timeout(100)
         out = {"first_chart_ms": round(marks["first"], 1), **{f"{k}_ms": round(marks[k], 1) for k in CHARTS},
+               "page_drawn_ms": round(marks["page"], 1),
                "http_bytes": v.http_bytes, "ws_payload_bytes": v.ws_bytes, "requests": v.requests}
         out["waterfall_ms"] = v.relative_ms(origin) if v.doc else {}
         out["main_thread_ms"] = busy(long_tasks, out["first_chart_ms"], out["waterfall_ms"].get("plotly_js_loaded"))
@@ -296,7 +317,7 @@ def summarise(visits: list[dict]) -> dict:
     steps = sorted({k for v in ok for k in v["waterfall_ms"]})
     return {"visits": len(visits), "errors": len(visits) - len(ok),
             "first_chart_ms": {"p50": round(statistics.median(firsts), 1), "p90": round(pct(firsts, 0.9), 1)},
-            **{f"{k}_ms_p50": round(statistics.median(v[f"{k}_ms"] for v in ok), 1) for k in CHARTS},
+            **{f"{k}_ms_p50": round(statistics.median(v[f"{k}_ms"] for v in ok), 1) for k in CHARTS + ("page_drawn",)},
             "http_bytes_p50": round(statistics.median(v["http_bytes"] for v in ok)),
             "ws_payload_bytes_p50": round(statistics.median(v["ws_payload_bytes"] for v in ok)),
             "waterfall_ms_p50": {k: round(statistics.median(v["waterfall_ms"][k] for v in ok
@@ -306,13 +327,22 @@ def summarise(visits: list[dict]) -> dict:
 
 
 WATERFALL = ("document_response", "ws_open", "ws_plotly_element", "plotly_js_requested", "ws_script_finished",
-             "plotly_js_loaded")
+             "plotly_js_loaded", "page_drawn")
+
+
+def reference(target: str, results: dict, baseline: str | None) -> str | None:
+    """The target ``target`` is compared with: the same way of serving from the --baseline-app
+    checkout ("baseline" for "direct", "baseline nginx" for "nginx"), else ``baseline``."""
+    if target.startswith("baseline"):
+        return None
+    own = "baseline" if target == "direct" else "baseline " + target
+    return own if own in results else baseline if baseline != target else None
 
 
 def report(results: dict, baseline: str | None) -> None:
     print(f"\nFirst visit to / (fresh browser context), ms from navigation start; {os.cpu_count()} CPUs")
     head = f"{'target':<28} {'network':<10} {'first chart p50':>15} {'p90':>7} {'HTTP bytes p50':>15} {'ws payload':>11}"
-    print(head + ("  vs " + baseline if baseline else ""))
+    print(head + ("  vs " + baseline if baseline else "  vs the baseline checkout" if "baseline" in results else ""))
     for target, by_network in results.items():
         for network, r in by_network.items():
             s = r["summary"]
@@ -321,8 +351,9 @@ def report(results: dict, baseline: str | None) -> None:
                 continue
             line = (f"{target:<28} {network:<10} {s['first_chart_ms']['p50']:>15,.0f} {s['first_chart_ms']['p90']:>7,.0f} "
                     f"{s['http_bytes_p50']:>15,} {s['ws_payload_bytes_p50']:>11,}")
-            base = results.get(baseline, {}).get(network, {}).get("summary", {})
-            if baseline and target != baseline and "first_chart_ms" in base:
+            ref = reference(target, results, baseline)
+            base = results.get(ref, {}).get(network, {}).get("summary", {}) if ref else {}
+            if "first_chart_ms" in base:
                 line += (f"  time {s['first_chart_ms']['p50'] / base['first_chart_ms']['p50']:.2f}x, "
                          f"bytes {s['http_bytes_p50'] / base['http_bytes_p50']:.2f}x")
             print(line + (f"  ({s['errors']} failed)" if s["errors"] else ""))
@@ -335,7 +366,7 @@ def report(results: dict, baseline: str | None) -> None:
             s = r["summary"]
             if "first_chart_ms" in s:
                 w, m = s["waterfall_ms_p50"], s["main_thread_ms_p50"]
-                cells = [w.get(k) for k in WATERFALL] + [s["first_chart_ms"]["p50"]]
+                cells = [w.get(k, s.get(f"{k}_ms_p50")) for k in WATERFALL] + [s["first_chart_ms"]["p50"]]
                 print(f"{target:<28} {network:<10} " + " ".join(f"{c:>19,.0f}" if c is not None else f"{'-':>19}"
                                                            for c in cells)
                       + f" {m['before_chart']:>6,.0f} {m['after_plotly_js']:>6,.0f} {m['longest']:>7,.0f}")
@@ -355,6 +386,9 @@ def main() -> int:
                    help="an nginx server block to measure (repeatable; default: the shipped docs/hosting/nginx.conf); "
                         "with several, ratios are against the first")
     p.add_argument("--network", choices=list(NETWORKS), action="append", help="default: all")
+    p.add_argument("--baseline-app", metavar="DIR",
+                   help="also serve the dashboard from another checkout (git worktree add DIR COMMIT), straight from "
+                        "Streamlit, as target 'baseline'; ratios are against it")
     p.add_argument("--json", metavar="PATH", help="write every visit and the summaries here")
     p.add_argument("--logs", metavar="DIR", help="keep Streamlit's log and nginx's logs here (access log with timings)")
     args = p.parse_args()
@@ -382,19 +416,29 @@ def main() -> int:
         procs.append(streamlit)
         wait_healthy(streamlit, st_port)
         targets = {} if args.only == "nginx" else {"direct": f"http://127.0.0.1:{st_port}/"}
+        if args.baseline_app:
+            base_port = free_port()
+            baseline = start_server(base_port, workdir, root=os.path.abspath(args.baseline_app),
+                                    log_name="baseline.log")
+            procs.append(baseline)
+            wait_healthy(baseline, base_port)
+            if args.only != "nginx":
+                targets = {"baseline": f"http://127.0.0.1:{base_port}/", **targets}
+        upstreams = [("", st_port)] + ([("baseline ", base_port)] if args.baseline_app else [])
         for i, conf in enumerate(confs):
-            label = "nginx" if conf == SHIPPED_CONF else f"nginx ({os.path.basename(conf)})"
-            if label in targets:
-                label += f" #{i + 1}"
-            conf_dir = tempfile.mkdtemp(prefix=f"calc-first-load-nginx-{i}-")  # beside workdir, not in it (0700)
-            os.chmod(conf_dir, 0o755)  # nginx started as root runs its workers as nobody
-            conf_dirs.append(conf_dir)
-            with open(conf) as f:
-                port = free_port()
-                proc = start_nginx(nginx, f.read(), port, st_port, conf_dir)
-            procs.append(proc)
-            wait_ok(proc, f"http://127.0.0.1:{port}/_stcore/health", what="nginx", poll_s=0.3)
-            targets[label] = f"http://127.0.0.1:{port}/"
+            for prefix, upstream in upstreams:
+                label = prefix + ("nginx" if conf == SHIPPED_CONF else f"nginx ({os.path.basename(conf)})")
+                if label in targets:
+                    label += f" #{i + 1}"
+                conf_dir = tempfile.mkdtemp(prefix="calc-first-load-nginx-")  # beside workdir, not in it (0700)
+                os.chmod(conf_dir, 0o755)  # nginx started as root runs its workers as nobody
+                conf_dirs.append(conf_dir)
+                with open(conf) as f:
+                    port = free_port()
+                    proc = start_nginx(nginx, f.read(), port, upstream, conf_dir)
+                procs.append(proc)
+                wait_ok(proc, f"http://127.0.0.1:{port}/_stcore/health", what="nginx", poll_s=0.3)
+                targets[label] = f"http://127.0.0.1:{port}/"
         print(f"Streamlit pid {streamlit.pid} on 127.0.0.1:{st_port}; "
               + ", ".join(f"{k} {u}" for k, u in targets.items()), flush=True)
         results = {t: {n: {"visits": []} for n in networks} for t in targets}
@@ -446,7 +490,7 @@ def main() -> int:
             r["summary"] = summarise(r["visits"])
     if results:
         nginx_targets = [t for t in results if t.startswith("nginx")]
-        report(results, nginx_targets[0] if len(nginx_targets) > 1 else None)
+        report(results, None if args.baseline_app else nginx_targets[0] if len(nginx_targets) > 1 else None)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": " ".join(sys.argv), "cpu_count": os.cpu_count(), "networks": networks,

@@ -205,7 +205,7 @@ class Client:
                     out["errors"].append(f"st.error: {el.body}")
                 elif ek in WIDGETS:
                     drawn.add(self._track(ek, el))
-                elif ek == "plotly_chart" and el.id.endswith("-curve_chart") and out["chart_ms"] is None:
+                elif ek == "bidi_component" and el.id.endswith("-curve_chart") and out["chart_ms"] is None:
                     out["chart_ms"] = ms
             elif kind == "script_finished" and m.metadata.run.script_run_id in ("", run_id):
                 out["finished_ms"] = ms
@@ -643,13 +643,14 @@ async def hostile_phase(url: str, args, pid: int, result: dict, record) -> None:
         "p95_ratio": round(p95 / base, 2) if base and p95 else None}
 
 
-def start_server(port: int, workdir: str) -> subprocess.Popen:
+def start_server(port: int, workdir: str, root: str = ROOT, log_name: str = "server.log") -> subprocess.Popen:
+    """``streamlit run app.py`` in ``root`` (this checkout, or another one to compare with)."""
     env = dict(os.environ, CALC_CACHE_DIR=os.path.join(workdir, "profiles"))
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
            str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
-    log = open(os.path.join(workdir, "server.log"), "wb")
+    log = open(os.path.join(workdir, log_name), "wb")
     # A process group of its own: Ctrl-C reaches only us, and we end the whole group.
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@ import pandas as pd
 import streamlit as st
 
 from calc.gpus import GPU_PRESETS
-from dashboard import figures, views
+from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
@@ -12,6 +12,7 @@ from dashboard.widgets import remember, sidebar_inputs
 
 GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
 ensure_routed()
+charts.preload()
 st.title(tr("Compare models and GPUs"))
 inputs = sidebar_inputs()
 models = st.multiselect(tr("Models"), MODELS, default=views.compared_models(inputs), max_selections=MAX_COMPARED,
@@ -45,5 +46,5 @@ except ValueError as exc:
 st.subheader(tr("Largest batch that fits"))
 st.dataframe(table, hide_index=True)
 st.download_button(tr("Table as CSV"), table.to_csv(index=False), "compare.csv", "text/csv", key="dl_compare_csv")
-st.plotly_chart(figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
-                                      views.unit_divisor(inputs), inputs.unit), key="compare_chart")
+charts.plotly_chart(st, figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
+                                              views.unit_divisor(inputs), inputs.unit), key="compare_chart")

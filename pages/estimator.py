@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, views
+from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.loaders import accuracy_line, caveat_records, own_model_record, xla_line
 from dashboard.pagekit import inputs_and_profile
@@ -13,6 +13,7 @@ from dashboard.widgets import gpu_of
 from dashboard.xla_step import show_xla_notes, xla_state
 
 ensure_routed()
+charts.preload()
 st.title(tr("How much GPU memory will this training step take?"))
 inputs, profile = inputs_and_profile()
 gpu = gpu_of(inputs)
@@ -49,17 +50,17 @@ if shown.step == "graph":  # the walk's caveats: TensorFlow's allocator and exec
 
 divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)
-left.plotly_chart(figures.breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes,
-                                           divisor, inputs.unit), key="breakdown_chart")
-right.plotly_chart(figures.curve_figure(view.curve_batches, view.curve_bytes, view.capacity_bytes, view.usable_bytes,
-                                        inputs.batch_size, shown.max_batch, divisor, inputs.unit, shown.plan_points,
-                                        shown.max_batch_from_plan), key="curve_chart")
+charts.plotly_chart(left, figures.breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes,
+                                                   divisor, inputs.unit), key="breakdown_chart")
+charts.plotly_chart(right, figures.curve_figure(view.curve_batches, view.curve_bytes, view.capacity_bytes,
+                                                view.usable_bytes, inputs.batch_size, shown.max_batch, divisor,
+                                                inputs.unit, shown.plan_points, shown.max_batch_from_plan),
+                    key="curve_chart")
 right.caption(views.curve_caption(shown))
-table = pd.DataFrame(views.shown_table(shown, inputs))
-st.dataframe(table, hide_index=True, height=views.table_height_px(len(table)), key="breakdown_table",
-             column_config={tr("bytes"): st.column_config.NumberColumn(format="localized"),
-                            inputs.unit: st.column_config.NumberColumn(format="%.3f")})
+rows = views.shown_table(shown, inputs)
+st.markdown(views.markdown_table(rows))
 d1, d2 = st.columns(2)
-d1.download_button(tr("Breakdown as CSV"), table.to_csv(index=False), "breakdown.csv", "text/csv", key="dl_breakdown_csv")
+d1.download_button(tr("Breakdown as CSV"), pd.DataFrame(rows).to_csv(index=False), "breakdown.csv", "text/csv",
+                   key="dl_breakdown_csv")
 d2.download_button(tr("Breakdown as JSON"), json.dumps({"inputs": inputs.to_query(), "rows": views.breakdown_table(shown)}),
                    "breakdown.json", "application/json", key="dl_breakdown_json")

@@ -3,12 +3,13 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, views
+from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 
 ensure_routed()
+charts.preload()
 st.title(tr("Where the memory goes, layer by layer"))
 inputs, profile = inputs_and_profile()
 rows = views.layer_rows(profile, inputs)
@@ -28,10 +29,10 @@ d2.download_button(tr("Layers as JSON"), json.dumps([r.__dict__ for r in rows]),
 divisor = views.unit_divisor(inputs)
 heaviest = views.heaviest_layers(rows, 15)
 st.subheader(tr("Heaviest layers"))
-st.plotly_chart(figures.layers_figure([r.name for r in heaviest], [r.kept_bytes_per_sample for r in heaviest],
-                                      divisor, inputs.unit), key="layers_chart")
+charts.plotly_chart(st, figures.layers_figure([r.name for r in heaviest], [r.kept_bytes_per_sample for r in heaviest],
+                                              divisor, inputs.unit), key="layers_chart")
 st.subheader(tr("Memory over one training step (batch {batch})", batch=inputs.batch_size))
 st.caption(tr("Rises through the forward pass as activations are kept, peaks near the start of the backward pass, "
               "falls as each layer's backward releases what it kept."))
 phases, totals = views.timeline_series(profile, inputs)
-st.plotly_chart(figures.timeline_figure(phases, totals, divisor, inputs.unit), key="timeline_chart")
+charts.plotly_chart(st, figures.timeline_figure(phases, totals, divisor, inputs.unit), key="timeline_chart")

@@ -1,7 +1,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, views
+from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, load_plan_report, load_validation,
                                noise_line, slice_line)
@@ -21,6 +21,7 @@ def case_table(cases: list[dict], columns: list[str] | None = None) -> pd.DataFr
 
 
 ensure_routed()
+charts.preload()
 st.title(tr("How accurate is it? Predicted versus measured"))
 inputs, profile = inputs_and_profile()
 st.caption(tr("Which step each table describes: the CPU set and your own models measure TensorFlow's graph executor "
@@ -41,7 +42,7 @@ chart_slot = st.empty()
 
 def show_validation_chart(key: str) -> None:
     """The cases and this session's measurements, in the chart at the top of the page."""
-    chart_slot.plotly_chart(figures.validation_figure(
+    charts.plotly_chart(chart_slot, figures.validation_figure(
         [c["measured_bytes"] for c in cases], [c["predicted_bytes"] for c in cases], [c["case"] for c in cases],
         views.unit_divisor(inputs), inputs.unit, extra=measured_now), key=key)
 

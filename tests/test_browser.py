@@ -90,28 +90,49 @@ def test_a_link_to_a_page_opens_in_the_app_on_a_fresh_server(server, playwright)
     browser.close()
 
 
+CURVE = ".st-key-curve_chart .js-plotly-plot"
+
+
 def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
-    if True:
-        browser = _browser(playwright)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
-        page.get_by_text("Largest batch that fits").wait_for(timeout=180_000)
-        metric = page.locator('[data-testid="stMetricValue"]').first
-        before = metric.inner_text()
-        box = page.get_by_label("Batch size (global)")
-        box.fill("512")
-        box.press("Enter")
-        page.wait_for_function(
-            "before => document.querySelector('[data-testid=\"stMetricValue\"]').innerText !== before",
-            arg=before, timeout=60_000,
-        )
-        after = metric.inner_text()
-        assert after != before
-        assert "batch_size=512" in page.url
-        page.wait_for_timeout(1500)
-        shot = Path(os.environ.get("CALC_SCREENSHOT_DIR", tmp_path)) / "screenshot-estimator.png"
-        page.screenshot(path=str(shot), full_page=True)
-        browser.close()
+    browser = _browser(playwright)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    requests, errors = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
+    page.get_by_text("Largest batch that fits").wait_for(timeout=180_000)
+    for key in ("breakdown_chart", "curve_chart"):
+        page.locator(f".st-key-{key} .js-plotly-plot .main-svg .trace").first.wait_for(timeout=60_000)
+    names = "sel => document.querySelector(sel).data.map(t => t.name)"
+    assert "batch 16" in page.evaluate(names, CURVE)
+    metric = page.locator('[data-testid="stMetricValue"]').first
+    before = metric.inner_text()
+    box = page.get_by_label("Batch size (global)")
+    box.fill("512")
+    box.press("Enter")
+    page.wait_for_function(
+        "before => document.querySelector('[data-testid=\"stMetricValue\"]').innerText !== before",
+        arg=before, timeout=60_000,
+    )
+    assert metric.inner_text() != before
+    assert "batch_size=512" in page.url
+    # The curve is redrawn with the new batch's marker (in a new element where a message above it
+    # came or went, which React mounts afresh).
+    page.wait_for_function(f"() => (document.querySelector('{CURVE}')?.data || []).some(t => t.name === 'batch 512')",
+                           timeout=60_000)
+    # Drawn by plotly.js's basic bundle from the app's static files, loaded once; Streamlit's
+    # own Plotly chunk (all of plotly.js) is never fetched.
+    bundles = [u for u in requests if "/app/static/plotly-basic-" in u]
+    assert len(bundles) == 1 and not [u for u in requests if "/PlotlyChart." in u], requests
+    assert not errors, errors
+    # In the theme's colours: the axis texts are the page's text colour at 60 %.
+    text = page.evaluate("getComputedStyle(document.querySelector('[data-testid=\"stMetricValue\"]')).color")
+    tick = page.evaluate(f"(s => [s.fill, s.fillOpacity])(getComputedStyle(document.querySelector('{CURVE} .ytick text')))")
+    assert tick == [text, "0.6"], (tick, text)
+    page.wait_for_timeout(1500)
+    shot = Path(os.environ.get("CALC_SCREENSHOT_DIR", tmp_path)) / "screenshot-estimator.png"
+    page.screenshot(path=str(shot), full_page=True)
+    browser.close()
     assert shot.stat().st_size > 10_000
 
 

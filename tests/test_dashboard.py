@@ -1,6 +1,7 @@
 """AppTest: every page, widgets driven by key, chart data checked against the engine."""
 
 import json
+import re
 
 import pytest
 import streamlit as st
@@ -11,6 +12,7 @@ from calc.estimate import estimate_memory, max_batch_size, memory_curve
 from calc.gpus import GPU_PRESETS
 from calc.profiles import get_profile
 from calc.types import TrainingConfig
+from dashboard.plain import plain
 from dashboard.state import Inputs
 from tests.tools import displayed
 
@@ -69,11 +71,14 @@ def metric(at, label_start):
     return next(m.value for m in at.metric if m.label.startswith(label_start))
 
 
-def chart(at, key):
-    for c in at.get("plotly_chart"):
-        spec = json.loads(c.proto.spec)
-        if c.proto.id and key in c.proto.id or True:
-            yield spec
+def charts(at) -> dict[str, dict]:
+    """The page's Plotly figures by widget key, as the browser receives them (dashboard/charts.py)."""
+    out = {}
+    for c in at.get("bidi_component"):
+        data = json.loads(c.proto.json)
+        if "figure" in data:
+            out[c.proto.id.rsplit("-", 1)[-1]] = json.loads(data["figure"])
+    return out
 
 
 def engine_max_batch(batch=16, margin=0.05):
@@ -102,8 +107,7 @@ def test_verdict_flips_at_the_max_batch():
 def test_curve_crosses_the_usable_line_at_the_max_batch():
     profile, config, gpu, best = engine_max_batch()
     at = app()
-    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    curve = next(f for f in figs if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "batch size")
+    curve = curve_chart(at)
     xs, ys = curve["data"][0]["x"], curve["data"][0]["y"]
     usable = gpu.memory_bytes * 0.95 / 1024**3
     y_at = dict(zip(xs, ys))
@@ -114,8 +118,7 @@ def test_curve_crosses_the_usable_line_at_the_max_batch():
 
 def test_breakdown_bars_sum_to_the_peak_plus_overhead():
     at = app()
-    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    bars = next(f for f in figs if f["layout"].get("barmode") == "stack")
+    bars = bar_chart(at)
     total = sum(trace["y"][0] for trace in bars["data"])
     profile, config, gpu, _ = engine_max_batch()
     from calc.estimate import estimate_memory
@@ -635,13 +638,11 @@ def put_plan(raw, remat="", **fields):
 
 
 def bar_chart(at):
-    return next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-                if f["layout"].get("barmode") == "stack")
+    return charts(at)["breakdown_chart"]
 
 
 def curve_chart(at):
-    return next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-                if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "batch size")
+    return charts(at)["curve_chart"]
 
 
 def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
@@ -880,34 +881,36 @@ def test_a_warning_about_a_link_value_goes_once_the_visitor_sets_it():
     assert not any("Ignored" in w.value for w in at.warning)
 
 
-def test_the_breakdown_table_names_its_rows_as_the_chart_and_shows_every_row(monkeypatch):
-    shown = []
-    original = st.dataframe
+def breakdown_rows(at) -> list[list[str]]:
+    """The cells of the Estimator's breakdown table (a Markdown table), header first."""
+    table = next(m.value for m in at.markdown if m.value.startswith("| component |"))
+    lines = table.splitlines()
+    assert re.fullmatch(r"\| :--- \| ---: \| ---: \|", lines[1]), lines[1]  # names left, numbers right
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in [lines[0], *lines[2:]]]
 
-    def recording(data, *args, **kwargs):
-        shown.append(kwargs)
-        return original(data, *args, **kwargs)
 
-    monkeypatch.setattr(st, "dataframe", recording)
+def test_the_breakdown_table_names_its_rows_as_the_chart_and_shows_every_row():
     at = app()
-    table = at.dataframe[0].value
+    header, *rows = breakdown_rows(at)
+    assert header == ["component", "bytes", "GiB"]
+    *rows, last = rows
+    assert all(cell.startswith("**") and cell.endswith("**") for cell in last)  # what the GPU must hold, in bold
+    rows.append([cell.strip("*") for cell in last])
     bars = bar_chart(at)
-    peak_label, needed_label = at.metric[0].label, "Needed on the GPU (peak + overhead)"
-    labels = list(table["component"])
+    peak_label, needed_label = at.metric[0].label, plain("Needed on the GPU (peak + overhead)")
+    labels = [r[0] for r in rows]
     # The parts under the legend's names, in its order, then the peak and what the GPU must hold.
-    assert [name for name in labels if name not in (peak_label, needed_label)] == [t["name"] for t in bars["data"]]
-    assert labels[-1] == needed_label and labels[-2] == "Framework overhead (CUDA context, libraries)"
-    by_name = dict(zip(labels, table["bytes"]))
+    assert [name for name in labels if name not in (plain(peak_label), needed_label)] == \
+        [plain(t["name"]) for t in bars["data"]]
+    assert labels[-1] == needed_label and labels[-2] == plain("Framework overhead (CUDA context, libraries)")
+    # Bytes with thousands separators, the unit with 3 decimals.
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", r[1]) and re.fullmatch(r"\d+\.\d{3}", r[2]) for r in rows)
+    by_name = {r[0]: int(r[1].replace(",", "")) for r in rows}
     for trace in bars["data"]:
-        assert by_name[trace["name"]] / GIB == pytest.approx(trace["y"][0])
-    assert by_name[needed_label] == by_name[peak_label] + by_name["Framework overhead (CUDA context, libraries)"]
-    assert list(table["GiB"]) == [round(b / GIB, 3) for b in table["bytes"]]
-    # Bytes with thousands separators, the unit with 3 decimals, and every row without a scrollbar:
-    # Streamlit's grid draws a 38 px header and 35 px rows.
-    columns = json.loads(at.dataframe[0].proto.columns)
-    assert columns["bytes"]["type_config"]["format"] == "localized"
-    assert columns["GiB"]["type_config"]["format"] == "%.3f"
-    assert shown[0]["height"] == 38 + 35 * len(table)
+        assert by_name[plain(trace["name"])] / GIB == pytest.approx(trace["y"][0])
+    assert by_name[needed_label] == by_name[plain(peak_label)] + \
+        by_name[plain("Framework overhead (CUDA context, libraries)")]
+    assert [r[2] for r in rows] == [f"{int(r[1].replace(',', '')) / GIB:.3f}" for r in rows]
 
 
 def test_measure_now_answers_under_its_button_and_stars_its_point_in_the_chart(monkeypatch):
@@ -933,7 +936,7 @@ def test_measure_now_answers_under_its_button_and_stars_its_point_in_the_chart(m
                                       f"{predicted / GIB:,.3f} GiB ({predicted:,} bytes), "
                                       f"{(predicted - measured) / measured:+.1%} against the measurement.")
     # The chart at the top has the point in the same run, starred and labelled.
-    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    chart = next(iter(charts(at).values()))
     point = next(t for t in chart["data"] if t["name"] == "measured now")
     assert point["x"] == pytest.approx([measured / GIB]) and point["y"] == pytest.approx([predicted / GIB])
     assert point["marker"]["symbol"] == "star" and "text" in point["mode"]

@@ -1,5 +1,7 @@
 """Pure view helpers of the dashboard (no Streamlit run)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,56 @@ def test_no_figure_draws_in_black_or_white_or_on_an_opaque_legend():
         assert not re.search(r"rgba?\((0,0,0|255,255,255)(\)|,(?!0\))[\d.]+\))", text.replace(" ", "")), name
         bgcolor = fig.layout.legend.bgcolor
         assert bgcolor is None or bgcolor.replace(" ", "").endswith(",0)"), (name, bgcolor)
+
+
+def test_every_figure_is_drawn_by_the_basic_bundle_in_the_pages_theme():
+    """The browser draws the figures with plotly.js's basic bundle (dashboard/charts.py): a trace
+    type it lacks would draw nothing; Plotly's template would override the page's theme."""
+    import json
+
+    from dashboard.charts import BASIC_TRACES, figure_json
+
+    for name, fig in _every_figure().items():
+        assert {trace.type for trace in fig.data} <= BASIC_TRACES, name
+        spec = json.loads(figure_json(fig))
+        assert "template" not in spec["layout"] and spec["data"] == json.loads(fig.to_json())["data"], name
+
+
+def test_the_bundle_is_the_plotly_js_the_figures_are_written_for():
+    from plotly.offline import get_plotlyjs_version
+
+    from dashboard.charts import STATIC_DIR, bundle_name, bundle_version
+
+    version = get_plotlyjs_version()  # the installed plotly (Python) writes figure JSON for this plotly.js
+    assert bundle_version() == version, "run python tools/vendor_plotly.py"
+    with open(os.path.join(STATIC_DIR, bundle_name()), encoding="utf-8") as f:
+        assert f"plotly.js (basic - minified) v{version}" in f.read(300)
+    assert os.path.exists(os.path.join(STATIC_DIR, "plotly-LICENSE.txt"))
+
+
+def test_the_bundle_is_fetched_under_the_servers_base_path(monkeypatch):
+    import streamlit as st
+
+    from dashboard import charts
+
+    options = {"server.baseUrlPath": ""}
+    monkeypatch.setattr(st, "get_option", lambda key: options[key])
+    assert charts.bundle_url() == f"/app/static/{charts.bundle_name()}"
+    options["server.baseUrlPath"] = "/memory/"
+    assert charts.bundle_url() == f"/memory/app/static/{charts.bundle_name()}"
+
+
+def test_the_breakdown_table_in_markdown_escapes_names_and_formats_numbers():
+    from dashboard.views import markdown_table
+
+    table = markdown_table([{"component": "a | b [x](y)", "bytes": 1234567, "GiB": 0.0011},
+                            {"component": "total", "bytes": 1234567890, "GiB": 1.14978}])
+    assert table.splitlines() == [
+        "| component | bytes | GiB |",
+        "| :--- | ---: | ---: |",
+        "| a \\| b \\[x\\]\\(y\\) | 1,234,567 | 0.001 |",
+        "| **total** | **1,234,567,890** | **1.150** |",
+    ]
 
 
 def test_the_curve_legend_sits_below_the_plot_where_it_covers_no_marker():
