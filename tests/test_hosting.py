@@ -365,6 +365,19 @@ def test_the_shipped_nginx_conf_compresses_javascript_css_and_json():
     assert "proxy_set_header Upgrade $http_upgrade;" in NGINX_CONF.read_text()  # the websocket still passes
 
 
+def test_the_shipped_nginx_conf_preloads_the_charts_bundle_and_caches_it():
+    import re
+
+    from dashboard.charts import bundle_name
+
+    text = NGINX_CONF.read_text()
+    landing = re.search(r"location = / \{(.*?)\}", text, re.S).group(1)
+    assert f'add_header Link "</app/static/{bundle_name()}>; rel=preload; as=script" always;' in landing
+    assert re.findall(r"/app/static/plotly-basic-[^>\s]+", text) == [f"/app/static/{bundle_name()}"]
+    static = re.search(r"location /app/static/ \{(.*?)\}", text, re.S).group(1)
+    assert "max-age=31536000" in static and "proxy_pass http://keras_memory_dashboard;" in static
+
+
 def test_the_benchmark_measures_the_shipped_nginx_conf_with_only_its_ports_changed(tmp_path):
     shipped = NGINX_CONF.read_text()
     main = _first_load_benchmark().nginx_config(shipped, 18080, 18501, str(tmp_path))

@@ -8,13 +8,15 @@ dashboard/charts.py). Its version must be the plotly.js that the installed plotl
 bundles itself (``plotly.offline.get_plotlyjs_version()``): the figure JSON is written for
 it. After changing the plotly pin in requirements.txt, run this and commit static/.
 Writes ``static/plotly-basic-<version>.min.js`` and the bundle's licence
-(``static/plotly-LICENSE.txt``) and removes any other version's bundle.
+(``static/plotly-LICENSE.txt``), removes any other version's bundle, and names the new one
+in the shipped nginx configuration's Link header (``docs/hosting/nginx.conf``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +29,8 @@ sys.path.insert(0, ROOT)
 from dashboard.charts import BUNDLE_PREFIX, BUNDLE_SUFFIX, STATIC_DIR  # noqa: E402
 
 PACKAGE = "plotly.js-basic-dist-min"
+NGINX_CONF = os.path.join(ROOT, "docs", "hosting", "nginx.conf")
+BUNDLE_IN_NGINX = re.compile(r"/app/static/plotly-basic-[^>\s]+\.min\.js")
 
 
 def wanted_version() -> str:
@@ -57,6 +61,10 @@ def vendor(version: str) -> str:
         target = os.path.join(STATIC_DIR, f"{BUNDLE_PREFIX}{version}{BUNDLE_SUFFIX}")
         shutil.copyfile(bundle, target)
         shutil.copyfile(os.path.join(tmp, "package", "LICENSE"), os.path.join(STATIC_DIR, "plotly-LICENSE.txt"))
+    with open(NGINX_CONF, encoding="utf-8") as f:
+        conf = f.read()
+    with open(NGINX_CONF, "w", encoding="utf-8") as f:
+        f.write(BUNDLE_IN_NGINX.sub(f"/app/static/{os.path.basename(target)}", conf))
     return target
 
 
