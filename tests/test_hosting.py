@@ -408,3 +408,7 @@ def test_the_first_load_benchmark_shows_its_help():
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert "--visits" in out.stdout and "--only" in out.stdout and "--nginx-conf" in out.stdout
+    assert "--baseline-app" in out.stdout
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_redraw.py"), "--changes", "1"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "--changes must be 2..50" in out.stderr  # refused before any server starts
