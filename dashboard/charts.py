@@ -19,6 +19,8 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from dashboard.i18n import tr
+
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 BUNDLE_PREFIX, BUNDLE_SUFFIX = "plotly-basic-", ".min.js"  # static/plotly-basic-<plotly.js version>.min.js
 # The trace types plotly.js's basic bundle draws (its package's README); a figure with another
@@ -71,7 +73,9 @@ def preload() -> None:
 
 def plotly_chart(where: Any, fig: go.Figure, key: str) -> None:
     """Draws ``fig`` in ``where`` (``st`` or a container), full width, under widget key ``key``."""
-    data = {"figure": figure_json(fig), "src": bundle_url()}
+    src = bundle_url()
+    data = {"figure": figure_json(fig), "src": src,
+            "failed": tr("The chart could not be drawn: its script did not load from {src}.", src=src)}
     if where is st:
         _component()(key=key, data=data)
         return

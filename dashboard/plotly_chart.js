@@ -1,6 +1,7 @@
 // One Plotly figure, drawn by plotly.js's basic bundle (scatter, bar and pie traces), which
 // the page loads once from the app's static files, the first time a chart needs it.
-// data: {figure: the figure's JSON text (data and layout), src: the bundle's URL}; without a
+// data: {figure: the figure's JSON text (data and layout), src: the bundle's URL, failed: what
+// to say, in the page's language, if the bundle does not load}; without a
 // figure, only the loading starts (a page mounts that first, before its charts are computed).
 
 function loadPlotly(src) {
@@ -88,7 +89,9 @@ export default function ({ parentElement, data }) {
       }
     })
     .catch((error) => {
-      plot.textContent = error.message;
+      console.error(error);
+      plot.style.height = "auto";
+      plot.textContent = data.failed || error.message;
     });
   return () => {
     current = false;

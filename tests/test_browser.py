@@ -136,6 +136,17 @@ def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
     assert shot.stat().st_size > 10_000
 
 
+def test_a_chart_whose_script_does_not_load_says_so_in_the_pages_language(server, playwright):
+    browser = _browser(playwright)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.route("**/app/static/plotly-basic-*", lambda route: route.abort())
+    page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4&lang=ja", timeout=120_000)
+    curve = page.locator(".st-key-curve_chart")
+    curve.get_by_text("グラフを描けませんでした").wait_for(timeout=180_000)
+    assert "/app/static/plotly-basic-" in curve.inner_text()
+    browser.close()
+
+
 def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
