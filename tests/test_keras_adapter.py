@@ -134,13 +134,21 @@ def test_subclassed_model_is_refused(keras):
 
 
 def runs_needed(spec, config) -> int:
-    """Runs of a measurement in these tests: one for a fully trained float32 step for which the
-    engine names no reason that runs differ (``spread_caveats``), else up to three."""
+    """Fresh runs a test may measure before one is within the bar: two for a fully trained
+    float32 step for which the engine names no reason that runs differ (``spread_caveats``),
+    else up to three.
+
+    Even such a step does not always repeat itself on a busy CPU: TensorFlow's executor runs
+    independent ops on several threads, and their order moves the peak. Beside the rest of
+    the suite, a small attention model (Embedding, MultiHeadAttention, 64 x 128 tokens) once
+    peaked at 78.4 MB against 63.4 MB estimated, and within 15 % in every run alone. The
+    usual case still costs one run.
+    """
     from calc.estimate import spread_caveats
     from calc.profiles import get_profile
 
     plain = config.train_mode.value == "all" and config.precision.value == "float32"
-    return 1 if plain and not spread_caveats(get_profile(spec), config) else 3
+    return 2 if plain and not spread_caveats(get_profile(spec), config) else 3
 
 
 def assert_a_run_within_bar(spec, config, profile, most: int, bar: float = 0.15) -> None:
