@@ -37,11 +37,11 @@ def main() -> int:
     args = p.parse_args()
     if not 2 <= args.changes <= 50:
         p.error(f"--changes must be 2..50. Received: {args.changes}")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        p.error("needs Debian's chromium (apt-get install chromium)")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from first_load import CHROMIUM, CHROMIUM_ARGS
     from load_test import free_port, start_server, wait_healthy
+    if CHROMIUM is None:
+        p.error("needs Debian's chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
     roots = {"this checkout": ROOT, **({"baseline": os.path.abspath(args.baseline_app)} if args.baseline_app else {})}
@@ -54,7 +54,7 @@ def main() -> int:
         for proc, port in servers.values():
             wait_healthy(proc, port)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             pages = {}
             for name, (_, port) in servers.items():
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})

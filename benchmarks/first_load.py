@@ -63,6 +63,9 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED_CONF = os.path.join(ROOT, "docs", "hosting", "nginx.conf")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Chromium without its background traffic (updates, sync, QUIC), which would count as the page's.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
 NETWORKS = {  # DevTools network emulation: throughput in bytes/s, latency in ms added to each request
     "loopback": None,
     "20 Mbit/s": {"offline": False, "latency": 20, "downloadThroughput": 20e6 / 8, "uploadThroughput": 20e6 / 8},
@@ -443,10 +446,7 @@ def main() -> int:
               + ", ".join(f"{k} {u}" for k, u in targets.items()), flush=True)
         results = {t: {n: {"visits": []} for n in networks} for t in targets}
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=CHROMIUM,
-                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                      "--disable-sync", "--no-first-run", "--disable-quic"])
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             for target, url in targets.items():  # the server's first page pays its imports: not a visitor's cost
                 try:
                     warm = visit(browser, url, None)

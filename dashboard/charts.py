@@ -11,6 +11,7 @@ A page with charts mounts the loader first (``preload``), before it computes any
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -32,8 +33,9 @@ PRELOAD_KEY = "plotly_preload"
 PRELOAD_CSS = f".st-key-{PRELOAD_KEY} {{ display: none; }}"
 
 
+@functools.cache
 def bundle_name() -> str:
-    """The file name of the one plotly.js basic bundle in ``static/``."""
+    """The file name of the one plotly.js basic bundle in ``static/`` (looked up once per process)."""
     names = [n for n in os.listdir(STATIC_DIR) if n.startswith(BUNDLE_PREFIX) and n.endswith(BUNDLE_SUFFIX)]
     if len(names) != 1:
         raise RuntimeError(f"expected one {BUNDLE_PREFIX}<version>{BUNDLE_SUFFIX} in {STATIC_DIR}. Received: {names}")
@@ -76,8 +78,5 @@ def plotly_chart(where: Any, fig: go.Figure, key: str) -> None:
     src = bundle_url()
     data = {"figure": figure_json(fig), "src": src,
             "failed": tr("The chart could not be drawn: its script did not load from {src}.", src=src)}
-    if where is st:
-        _component()(key=key, data=data)
-        return
-    with where:
+    with contextlib.nullcontext() if where is st else where:
         _component()(key=key, data=data)
