@@ -236,6 +236,18 @@ def test_a_planned_case_is_written_with_its_prediction_and_read_back(tmp_path):
     assert json.loads(path.read_text())["cases"][0]["predicted_peak_bytes"] == 456
 
 
+def test_one_step_planned_in_two_sets_keeps_both_predictions(tmp_path):
+    """A GPU holdout is planned twice: the walk's graph step (``gpu``) and XLA's plan (``gpu_xla``)."""
+    path = tmp_path / "planned.json"
+    spec, config = make_case("MobileNetV2", 96, 4, "adam")
+    add_planned([(spec, config, 100, "--gpu")], "gpu", path)
+    add_planned([(spec, config, 80, "--gpu")], "gpu_xla", path)
+    add_planned([(spec, config, 90, "--gpu")], "gpu_xla", path)
+    assert planned_cases("gpu", path) == planned_cases("gpu_xla", path) == [(spec, config)]
+    by_set = {c["set"]: c["predicted_peak_bytes"] for c in json.loads(path.read_text())["cases"]}
+    assert by_set == {"gpu": 100, "gpu_xla": 90}
+
+
 def test_the_measured_cases_are_what_make_case_builds():
     """The data files are the case lists: every catalogue case is one ``make_case`` call away."""
     for case in DATA["cases"][:50]:
@@ -265,3 +277,50 @@ def test_ledgers_of_another_keras_are_not_used_and_say_why(monkeypatch):
     monkeypatch.setattr(committed, "get_profile", lambda spec: ("built", spec.key))
     profile_for = committed.committed_profiles(note=heard.append)
     assert profile_for(SPEC) == ("built", SPEC.key) and len(heard) == 1 and "--rebuild-ledgers" in heard[0]
+
+
+def test_a_holdout_is_scored_at_its_recorded_predictions(tmp_path):
+    """tools/score_holdout.py: the error of each measured case against the prediction on record."""
+    from calc.requests import config_to_dict, spec_to_dict
+    from tests.tools import load_tool
+
+    score = load_tool("score_holdout")
+    planned = tmp_path / "planned.json"
+    measured, waiting = make_case("MobileNetV2", 96, 4, "adam"), make_case("ResNet50", 64, 2, "sgd")
+    add_planned([(*measured, 110 << 20, "--gpu"), (*waiting, 50 << 20, "--gpu")], "gpu_xla", planned)
+    add_planned([(*measured, 1 << 20, "--gpu")], "gpu", planned)  # another set's prediction is not read
+    data = tmp_path / "gpu_xla.json"
+    data.write_text(json.dumps({"environment": {"device": "GPU:0 (NVIDIA H100 80GB HBM3)"}, "cases": [
+        {"case": case_id(*measured), "spec": spec_to_dict(measured[0]), "config": config_to_dict(measured[1]),
+         "peaks_bytes": [100 << 20], "peak_bytes": 100 << 20, "spread": 0.0}]}))
+    rows, missing = score.holdout_rows("gpu_xla", data, planned)
+    assert [(r.case, r.predicted_bytes, r.measured_bytes) for r in rows] == [
+        (case_id(*measured), 110 << 20, 100 << 20)]
+    assert rows[0].relative_error == pytest.approx(0.10)
+    assert missing == [case_id(*waiting)]
+
+
+def test_a_gpu_machines_results_merge_into_a_data_file(tmp_path):
+    """tools/measure_gpu_tf.py merge: new cases added, a case measured again replaced, another environment refused."""
+    import sys
+
+    from tests.tools import TOOLS, load_tool
+
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))  # it imports measure_gpu_jax beside it
+    tool = load_tool("measure_gpu_tf")
+    env = {"device": "GPU:0 (NVIDIA H100 80GB HBM3)", "tensorflow": "2.21.0", "keras": "3.15.1",
+           "threads": "inter_op=1 intra_op=1"}
+    def case(name, peak):
+        return {"case": name, "spec": {}, "config": {}, "peak_bytes": peak}
+
+    into, source, other = tmp_path / "into.json", tmp_path / "new.json", tmp_path / "other.json"
+    into.write_text(json.dumps({"environment": {**env, "jit_compile": True}, "cases": [case("a", 1), case("b", 2)]}))
+    source.write_text(json.dumps({"environment": env, "cases": [case("b", 3), case("c", 4)]}))
+    tool.merge(source, into)
+    merged = json.loads(into.read_text())
+    assert merged["environment"]["jit_compile"] is True
+    assert [(c["case"], c["peak_bytes"]) for c in merged["cases"]] == [("a", 1), ("b", 3), ("c", 4)]
+    other.write_text(json.dumps({"environment": {**env, "tensorflow": "2.20.0"}, "cases": [case("d", 5)]}))
+    with pytest.raises(SystemExit, match="another environment"):
+        tool.merge(other, into)

@@ -2,7 +2,8 @@
 
     python tools/measure_gpu_tf.py cases                      # the GPU slice's case ids
     python tools/measure_gpu_tf.py measure OUT.json [--xla] [--jobs 8] [--limit-mib 10240]
-                                   [--repeats 2] [--deadline-s 480] [SUBSTRING ...]
+                                   [--repeats 2] [--deadline-s 480] [--planned] [SUBSTRING ...]
+    python tools/measure_gpu_tf.py merge FROM.json INTO.json   # here: a machine's results into a data file
     python -m calc validate --data calc/data/gpu_tf_h100.json      # here: the engine against them
 
 The same protocol as ``tools/measure_validation.py`` (``calc.workers.measure``: warm-up
@@ -13,6 +14,10 @@ share the GPU: each process gets one allocator region of ``--limit-mib`` (throug
 whole card, so every allocator starts alike. ``--xla`` compiles the step with XLA
 (``jit_compile=True``), what Keras 3 does by default on a GPU.
 
+``--planned`` measures the GPU holdout in ``validation/planned.json`` instead of the slice:
+set ``gpu_xla`` with ``--xla``, ``gpu`` without (``tools/sample_holdout.py --gpu``, committed
+with its predictions before it is measured).
+
 Cases are taken largest-first and saved as each finishes, in the validation file format,
 so a run stopped at its time limit keeps what it measured; ``--deadline-s`` stops
 starting new cases after that many seconds. On a GPU machine, ``tools/gpu_tf/`` provides
@@ -22,6 +27,7 @@ TensorFlow and puts this checkout on ``PYTHONPATH``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import time
@@ -34,6 +40,7 @@ from threading import Lock
 from measure_gpu_jax import GPU_CASES as JAX_SLICE
 
 from calc.validation import CPU_DATA, case_id, cases, load_measurements, save_measurement
+from calc.validation.planned import load_planned, planned_cases
 from calc.workers.measure import MeasurementError, measure_training_step
 
 MIB = 1 << 20
@@ -55,11 +62,18 @@ def gpu_cases() -> list[tuple]:
     return [by_id[cid] for cid in sorted(chosen, key=lambda cid: -cpu.get(cid, 0))]
 
 
+def holdout_cases(xla: bool) -> list[tuple]:
+    """The planned GPU holdout (set ``gpu_xla`` or ``gpu``), largest prediction first."""
+    validation_set = "gpu_xla" if xla else "gpu"
+    predicted = {c["case"]: c["predicted_peak_bytes"] for c in load_planned() if c["set"] == validation_set}
+    return sorted(planned_cases(validation_set), key=lambda sc: -predicted.get(case_id(*sc), 0))
+
+
 def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, deadline_s: float,
-            names: list[str]) -> None:
+            names: list[str], planned: bool = False) -> None:
     os.environ["CALC_GPU_MEMORY_LIMIT_MIB"] = str(limit_mib)
     done = {c["case"] for c in load_measurements(out)["cases"]}
-    todo = [(s, replace(c, device="gpu")) for s, c in gpu_cases()
+    todo = [(s, replace(c, device="gpu")) for s, c in (holdout_cases(xla) if planned else gpu_cases())
             if case_id(s, c) not in done and (not names or any(n in case_id(s, c) for n in names))]
     print(f"{len(todo)} cases to measure, xla={xla}, {jobs} at a time, {limit_mib} MiB each", flush=True)
     started = time.monotonic()
@@ -88,9 +102,27 @@ def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, de
                       f" jit_compile={m.jit_compile}", flush=True)
 
 
+def merge(source: Path, into: Path) -> None:
+    """Adds the measured cases of ``source`` to ``into`` (a case measured again replaces the old one).
+
+    The environments must agree on the device, the versions and the threads;
+    ``into`` keeps its own environment text otherwise.
+    """
+    new, old = load_measurements(source), load_measurements(into)
+    same = ("device", "tensorflow", "keras", "threads")
+    if old["cases"] and any(new["environment"].get(k) != old["environment"].get(k) for k in same):
+        raise SystemExit(f"{source} was measured in another environment than {into}: "
+                         f"{ {k: new['environment'].get(k) for k in same} }")
+    ids = {c["case"] for c in new["cases"]}
+    old["cases"] = [c for c in old["cases"] if c["case"] not in ids] + new["cases"]
+    old["environment"] = old["environment"] or new["environment"]
+    into.write_text(json.dumps(old, indent=1) + "\n")
+    print(f"{len(ids)} cases from {source} in {into} ({len(old['cases'])} in all)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("cases", "measure"))
+    parser.add_argument("command", choices=("cases", "measure", "merge"))
     parser.add_argument("out", nargs="?")
     parser.add_argument("names", nargs="*")
     parser.add_argument("--xla", action="store_true")
@@ -98,15 +130,21 @@ def main() -> None:
     parser.add_argument("--limit-mib", type=int, default=10240)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--deadline-s", type=float, default=480.0)
+    parser.add_argument("--planned", action="store_true", help="the GPU holdout of validation/planned.json")
     args = parser.parse_args()
     if args.command == "cases":
-        for s, c in gpu_cases():
+        for s, c in (holdout_cases(args.xla) if args.planned else gpu_cases()):
             print(case_id(s, c))
+        return
+    if args.command == "merge":
+        if not args.out or len(args.names) != 1:
+            parser.error("merge needs FROM.json INTO.json")
+        merge(Path(args.out), Path(args.names[0]))
         return
     if not args.out:
         parser.error("measure needs OUT.json")
     measure(Path(args.out), xla=args.xla, jobs=args.jobs, limit_mib=args.limit_mib, repeats=args.repeats,
-            deadline_s=args.deadline_s, names=args.names)
+            deadline_s=args.deadline_s, names=args.names, planned=args.planned)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@ only the drawn steps predicted at least that large, for a holdout of the larger 
 a GPU user meets (most random draws under the time limit peak below 1 GiB). ``--models``
 draws from the named catalogue models only, for a holdout aimed at one family's mechanism;
 ``--ema`` sets use_ema=True on every draw, for one aimed at the EMA's update.
+
+``--gpu`` draws a holdout for a lent GPU machine (``tools/measure_gpu_tf.py measure --planned``):
+each kept step is predicted twice, by the walk of TensorFlow's graph executor on a GPU
+(set ``gpu``) and by XLA's plan for the H100 (set ``gpu_xla``, compiled here: about a
+minute a step), and the limits apply to the larger of the two.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ import argparse
 import random
 import sys
 
+from dataclasses import replace
+
 from calc.catalogue import CATALOGUE
 from calc.estimate import estimate_memory
 from calc.profiles import get_profile
-from calc.validation import case_id
+from calc.types import Device
+from calc.validation import XLA_TARGET, case_id
 from calc.validation.planned import PLANNED, add_planned, make_case
 
 SIDES = (64, 96, 128, 160, 192, 224, 256, 299, 331, 380)
@@ -82,6 +90,8 @@ def main() -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--trained", action="store_true")
     group.add_argument("--frozen", action="store_true")
+    parser.add_argument("--gpu", action="store_true",
+                        help="a GPU holdout: the walk on a GPU (set gpu) and XLA's plan for the H100 (set gpu_xla)")
     parser.add_argument("--save", action="store_true",
                         help="add the kept cases with their predictions to validation/planned.json (commit it before measuring)")
     args = parser.parse_args()
@@ -90,7 +100,7 @@ def main() -> None:
     if unknown:
         parser.error(f"not catalogue models: {', '.join(unknown)}")
     rng = random.Random(args.seed)
-    kept, drawn, planned = 0, 0, []
+    kept, drawn, planned, planned_xla = 0, 0, [], []
     while kept < args.count:
         drawn += 1
         case_args, kwargs = draw(rng, models)
@@ -104,20 +114,37 @@ def main() -> None:
             continue
         try:
             spec, config = make_case(*case_args, **kwargs)
+            if args.gpu:
+                config = replace(config, device=Device.GPU)
             estimate = estimate_memory(get_profile(spec), config)
         except ValueError as exc:  # a size the model refuses, say
             print(f"# skipped {case_args} {kwargs}: {exc}", file=sys.stderr)
             continue
-        if estimate.peak_bytes < args.min_peak_gib * 2**30:
+        if not args.min_peak_gib * 2**30 <= estimate.peak_bytes <= args.max_peak_gib * 2**30:
             continue
-        if estimate.peak_bytes > args.max_peak_gib * 2**30 or estimate.activations_bytes > args.max_activations_gib * 2**30:
+        if estimate.activations_bytes > args.max_activations_gib * 2**30:
             continue
+        planned_peak = 0
+        if args.gpu:
+            from calc.xla import PlanError, compute_plan
+
+            try:
+                planned_peak = compute_plan(spec, config, XLA_TARGET).peak_bytes
+            except PlanError as exc:
+                print(f"# skipped {case_id(spec, config)}: {exc}", file=sys.stderr)
+                continue
+            if planned_peak > args.max_peak_gib * 2**30:
+                continue
+            planned_xla.append((spec, config, planned_peak, " ".join(sys.argv[1:])))
         kept += 1
         planned.append((spec, config, estimate.peak_bytes, " ".join(sys.argv[1:])))
-        print(f"{case_id(spec, config):80s} predicted {estimate.peak_bytes / 2**20:9.1f} MiB")
+        xla = f"  XLA's plan {planned_peak / 2**20:9.1f} MiB" if args.gpu else ""
+        print(f"{case_id(spec, config):80s} predicted {estimate.peak_bytes / 2**20:9.1f} MiB{xla}", flush=True)
     print(f"# {kept} kept of {drawn} drawn (seed {args.seed})", file=sys.stderr)
     if args.save:
-        add_planned(planned, "cpu")
+        add_planned(planned, "gpu" if args.gpu else "cpu")
+        if args.gpu:
+            add_planned(planned_xla, "gpu_xla")
         print(f"# added to {PLANNED}", file=sys.stderr)
 
 

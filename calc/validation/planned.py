@@ -43,18 +43,24 @@ def load_planned(path: Path = PLANNED) -> list[dict[str, Any]]:
 
 
 def planned_cases(validation_set: str, path: Path = PLANNED) -> list[tuple[ModelSpec | ModelFile, TrainingConfig]]:
-    """The planned cases of one set (``cpu`` or ``custom``), as (spec, config)."""
+    """The planned cases of one set, as (spec, config).
+
+    Sets: ``cpu`` and ``custom`` (the walk on this machine's CPU), ``gpu`` (the walk of
+    TensorFlow's graph executor on a GPU) and ``gpu_xla`` (XLA's plan of the step Keras
+    compiles on a GPU).
+    """
     return [(spec_from_dict(c["spec"]), config_from_dict(c["config"])) for c in load_planned(path)
             if c["set"] == validation_set]
 
 
 def add_planned(entries: list[tuple[ModelSpec | ModelFile, TrainingConfig, int, str]], validation_set: str,
                 path: Path = PLANNED) -> None:
-    """Adds (spec, config, predicted peak bytes, why drawn) entries, replacing a case planned before."""
+    """Adds (spec, config, predicted peak bytes, why drawn) entries to one set, replacing a case planned before
+    in that set (one step can be planned in several sets, each with its own prediction)."""
     planned = load_planned(path)
     new = [{"case": case_id(spec, config), "set": validation_set, "spec": spec_to_dict(spec),
             "config": config_to_dict(config), "predicted_peak_bytes": predicted, "drawn_by": drawn_by}
            for spec, config, predicted, drawn_by in entries]
-    ids = {e["case"] for e in new}
+    ids = {(validation_set, e["case"]) for e in new}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"cases": [c for c in planned if c["case"] not in ids] + new}, indent=1) + "\n")
+    path.write_text(json.dumps({"cases": [c for c in planned if (c["set"], c["case"]) not in ids] + new}, indent=1) + "\n")
