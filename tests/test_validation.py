@@ -279,6 +279,26 @@ def test_ledgers_of_another_keras_are_not_used_and_say_why(monkeypatch):
     assert profile_for(SPEC) == ("built", SPEC.key) and len(heard) == 1 and "--rebuild-ledgers" in heard[0]
 
 
+def test_rebuilding_only_the_missing_ledgers_keeps_the_committed_ones(monkeypatch):
+    """``validate --rebuild-ledgers --missing-only``: a newly measured model is built, the rest are not."""
+    from calc.validation import ledgers as committed
+
+    ledgers = read_ledgers()
+    kept_key = next(iter(sorted(ledgers.profiles)))
+    new_spec = make_case("MobileNetV2", (96, 80), 4, "adam")[0]
+    specs = {kept_key: SPEC, new_spec.key: new_spec}
+    monkeypatch.setattr(committed, "validation_specs", lambda paths=None: specs)
+    built_for = []
+
+    def build(spec):
+        built_for.append(spec.key)
+        return ("built", spec.key)
+
+    built, differ, missing = committed.rebuild(build, only_missing=True)
+    assert built_for == [new_spec.key] and missing == [new_spec.key] and differ == []
+    assert built[kept_key] == committed.profile_from_dict(ledgers.profiles[kept_key])
+    assert built[new_spec.key] == ("built", new_spec.key)
+
 def test_a_holdout_is_scored_at_its_recorded_predictions(tmp_path):
     """tools/score_holdout.py: the error of each measured case against the prediction on record."""
     from calc.requests import config_to_dict, spec_to_dict

@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build every validation model afresh with this Keras and compare with the committed "
                         "ledgers (validation/ledgers.json.gz); with --save, write them (after a Keras, "
                         "TensorFlow or adapter change)")
+    p.add_argument("--missing-only", action="store_true",
+                   help="with --rebuild-ledgers: keep the committed ledgers and build only the validation models "
+                        "they lack (after measuring new cases)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
     return parser

@@ -116,8 +116,10 @@ def _rebuild_ledgers(args: argparse.Namespace) -> int:
     def progress(done: int, total: int, key: str) -> None:
         print(f"[{done}/{total}] {key}", file=sys.stderr, flush=True)
 
-    built, differ, missing = rebuild(fresh_profile, progress)
-    lines = [f"{len(built)} ledgers built: {len(built) - len(differ) - len(missing)} equal the committed ones, "
+    built, differ, missing = rebuild(fresh_profile, progress, only_missing=args.missing_only)
+    same = len(built) - len(differ) - len(missing)
+    lines = [f"{len(missing)} ledgers built, {same} committed ones kept" if args.missing_only else
+             f"{len(built)} ledgers built: {same} equal the committed ones, "
              f"{len(differ)} differ, {len(missing)} are not committed"]
     lines += [f"  differs: {key}" for key in differ] + [f"  not committed: {key}" for key in missing]
     if args.save:
