@@ -4,20 +4,28 @@
 // to say, in the page's language, if the bundle does not load}; without a
 // figure, only the loading starts (a page mounts that first, before its charts are computed).
 
+// A proxy may have put the bundle in the page itself (<script data-plotly-early>, from
+// docs/hosting/nginx.conf), so that it runs before Streamlit draws the page: while that one is
+// still loading, the charts wait for it rather than load the bundle a second time.
 function loadPlotly(src) {
   if (window.Plotly) return Promise.resolve(window.Plotly);
   if (!window.__plotlyLoading) {
     window.__plotlyLoading = new Promise((resolve, reject) => {
-      const script = document.createElement("script");
-      script.src = src;
-      script.async = true;
-      script.onload = () => resolve(window.Plotly);
-      script.onerror = () => {
+      const early = document.querySelector("script[data-plotly-early]:not([data-failed])");
+      const script = early || document.createElement("script");
+      const failed = () => {
         window.__plotlyLoading = undefined;
-        script.remove();
-        reject(new Error(`Plotly's script did not load from ${src}`));
+        script.dataset.failed = "1";
+        if (!early) script.remove();
+        reject(new Error(`Plotly's script did not load from ${script.src || src}`));
       };
-      document.head.appendChild(script);
+      script.addEventListener("load", () => (window.Plotly ? resolve(window.Plotly) : failed()));
+      script.addEventListener("error", failed);
+      if (!early) {
+        script.src = src;
+        script.async = true;
+        document.head.appendChild(script);
+      }
     });
   }
   return window.__plotlyLoading;

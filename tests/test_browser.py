@@ -147,6 +147,40 @@ def test_a_chart_whose_script_does_not_load_says_so_in_the_pages_language(server
     browser.close()
 
 
+def test_charts_use_the_bundle_a_proxy_put_in_the_page(server, playwright):
+    """The shipped nginx configuration loads the bundle in the page itself (data-plotly-early); the
+    charts wait for that script instead of fetching the bundle again."""
+    from dashboard.charts import bundle_name
+
+    browser = _browser(playwright)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # What nginx's sub_filter does, done in the page (a rewritten document would lose its local
+    # address, and Chromium would refuse its websocket to 127.0.0.1): the script in <head>, first.
+    page.add_init_script("""new MutationObserver((_, seen) => {
+      if (!document.head) return;
+      seen.disconnect();
+      const s = document.createElement("script");
+      s.async = true;
+      s.setAttribute("data-plotly-early", "");
+      s.setAttribute("onerror", "this.dataset.failed = 1");
+      s.src = "/app/static/%s";
+      document.head.appendChild(s);
+    }).observe(document, {childList: true, subtree: true});""" % bundle_name())
+    # The bundle arrives late, so that the charts are mounted while the page's script still loads.
+    page.route("**/app/static/plotly-basic-*", lambda route: (time.sleep(8), route.continue_()))
+    requests, errors = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", wait_until="commit", timeout=120_000)
+    for key in ("breakdown_chart", "curve_chart"):
+        page.locator(f".st-key-{key} .js-plotly-plot .main-svg .trace").first.wait_for(timeout=180_000)
+    assert page.evaluate("document.querySelectorAll('script[data-plotly-early]:not([data-failed])').length") == 1
+    assert page.evaluate("document.querySelectorAll('script[src*=\"plotly-basic-\"]').length") == 1
+    assert len([u for u in requests if "/app/static/plotly-basic-" in u]) == 1, requests
+    assert not errors, errors
+    browser.close()
+
+
 def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

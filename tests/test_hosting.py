@@ -373,7 +373,12 @@ def test_the_shipped_nginx_conf_preloads_the_charts_bundle_and_caches_it():
     text = NGINX_CONF.read_text()
     landing = re.search(r"location = / \{(.*?)\}", text, re.S).group(1)
     assert f'add_header Link "</app/static/{bundle_name()}>; rel=preload; as=script" always;' in landing
-    assert re.findall(r"/app/static/plotly-basic-[^>\s]+", text) == [f"/app/static/{bundle_name()}"]
+    # ... and loads it in the page, where dashboard/plotly_chart.js finds it (data-plotly-early).
+    early = re.search(r"sub_filter '</head>' '(<script [^']*></script>)</head>';", landing).group(1)
+    assert "async data-plotly-early" in early and f'src="/app/static/{bundle_name()}"' in early
+    assert "script[data-plotly-early]" in (ROOT / "dashboard" / "plotly_chart.js").read_text()
+    assert 'proxy_set_header Accept-Encoding "";' in landing  # sub_filter reads the page uncompressed
+    assert set(re.findall(r"/app/static/plotly-basic-[^>\s\"]+", text)) == {f"/app/static/{bundle_name()}"}
     static = re.search(r"location /app/static/ \{(.*?)\}", text, re.S).group(1)
     assert "max-age=31536000" in static and "proxy_pass http://keras_memory_dashboard;" in static
 

@@ -9,7 +9,7 @@ bundles itself (``plotly.offline.get_plotlyjs_version()``): the figure JSON is w
 it. After changing the plotly pin in requirements.txt, run this and commit static/.
 Writes ``static/plotly-basic-<version>.min.js`` and the bundle's licence
 (``static/plotly-LICENSE.txt``), removes any other version's bundle, and names the new one
-in the shipped nginx configuration's Link header (``docs/hosting/nginx.conf``).
+in the shipped nginx configuration's Link header and early script (``docs/hosting/nginx.conf``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dashboard.charts import BUNDLE_PREFIX, BUNDLE_SUFFIX, STATIC_DIR  # noqa: E
 
 PACKAGE = "plotly.js-basic-dist-min"
 NGINX_CONF = os.path.join(ROOT, "docs", "hosting", "nginx.conf")
-BUNDLE_IN_NGINX = re.compile(r"/app/static/plotly-basic-[^>\s]+\.min\.js")
+BUNDLE_IN_NGINX = re.compile(r"/app/static/plotly-basic-[^>\s\"]+\.min\.js")
 
 
 def wanted_version() -> str:
