@@ -20,9 +20,8 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHARTS = ("breakdown_chart", "curve_chart")  # the Estimator's charts, by widget key (first_load.CHARTS)
-PAGE_END = "dl_breakdown_json"  # the Estimator's last element, which first_load.py waits for (first_load.PAGE_END)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from first_load import CHARTS, PAGE_END, ROOT  # noqa: E402  (the charts and the last element it waits for)
 
 APP = '''"""The floor of a first visit (benchmarks/floor_app.py): the Estimator's two charts, nothing else."""
 import json

@@ -40,7 +40,7 @@ from threading import Lock
 from measure_gpu_jax import GPU_CASES as JAX_SLICE
 
 from calc.validation import CPU_DATA, case_id, cases, load_measurements, save_measurement
-from calc.validation.planned import load_planned, planned_cases
+from calc.validation.planned import planned_cases, planned_predictions
 from calc.workers.measure import MeasurementError, measure_training_step
 
 MIB = 1 << 20
@@ -65,7 +65,7 @@ def gpu_cases() -> list[tuple]:
 def holdout_cases(xla: bool) -> list[tuple]:
     """The planned GPU holdout (set ``gpu_xla`` or ``gpu``), largest prediction first."""
     validation_set = "gpu_xla" if xla else "gpu"
-    predicted = {c["case"]: c["predicted_peak_bytes"] for c in load_planned() if c["set"] == validation_set}
+    predicted = planned_predictions(validation_set)
     return sorted(planned_cases(validation_set), key=lambda sc: -predicted.get(case_id(*sc), 0))
 
 

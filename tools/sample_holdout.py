@@ -23,7 +23,8 @@ draws from the named catalogue models only, for a holdout aimed at one family's 
 ``--gpu`` draws a holdout for a lent GPU machine (``tools/measure_gpu_tf.py measure --planned``):
 each kept step is predicted twice, by the walk of TensorFlow's graph executor on a GPU
 (set ``gpu``) and by XLA's plan for the H100 (set ``gpu_xla``, compiled here: about a
-minute a step), and the limits apply to the larger of the two.
+minute a step); the walk's prediction must lie within the limits, and the plan's under
+``--max-peak-gib`` too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-
 from dataclasses import replace
 
 from calc.catalogue import CATALOGUE

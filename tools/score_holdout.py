@@ -18,14 +18,14 @@ from pathlib import Path
 
 from calc.validation import ValidationRow, summarize
 from calc.validation.data import measured_cases
-from calc.validation.planned import PLANNED, load_planned
+from calc.validation.planned import PLANNED, planned_predictions
 
 MIB = 1 << 20
 
 
 def holdout_rows(validation_set: str, data: Path, planned: Path = PLANNED) -> tuple[list[ValidationRow], list[str]]:
     """The measured cases of the set with their recorded predictions, and the ids not measured yet."""
-    predicted = {c["case"]: c["predicted_peak_bytes"] for c in load_planned(planned) if c["set"] == validation_set}
+    predicted = planned_predictions(validation_set, planned)
     measured = {case["case"]: (case, spec, config) for case, spec, config in measured_cases(data)}
     rows = [ValidationRow(cid, spec, config, case["peak_bytes"], case.get("spread", 0.0) or 0.0, predicted[cid],
                           tuple(case.get("peaks_bytes", ())))

@@ -42,6 +42,11 @@ def load_planned(path: Path = PLANNED) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["cases"]
 
 
+def planned_predictions(validation_set: str, path: Path = PLANNED) -> dict[str, int]:
+    """Case id -> the peak bytes predicted for it before it was measured, for one set."""
+    return {c["case"]: c["predicted_peak_bytes"] for c in load_planned(path) if c["set"] == validation_set}
+
+
 def planned_cases(validation_set: str, path: Path = PLANNED) -> list[tuple[ModelSpec | ModelFile, TrainingConfig]]:
     """The planned cases of one set, as (spec, config).
 
