@@ -16,7 +16,9 @@ the settings of Debian's stock ``/etc/nginx/nginx.conf`` (where ``conf.d/`` land
 measured is the shipped settings. nginx runs in the foreground (started as root, its workers
 run as nobody, as Debian's run as www-data). With ``--baseline-app DIR``, a second Streamlit
 serves the checkout in DIR, straight and through each nginx configuration ("baseline",
-"baseline nginx"), and each target is compared with its baseline.
+"baseline nginx"), and each target is compared with its baseline. A second and third
+``--baseline-app`` are served the same way ("baseline2", "baseline2 nginx", ...) and compared
+with the first.
 
 One unmeasured visit per target first (the server's own imports are not a visitor's), then
 ``--visits`` rounds; each round opens the Estimator page (``/``) once per target and network,
@@ -334,10 +336,14 @@ WATERFALL = ("document_response", "ws_open", "ws_plotly_element", "plotly_js_req
 
 
 def reference(target: str, results: dict, baseline: str | None) -> str | None:
-    """The target ``target`` is compared with: the same way of serving from the --baseline-app
-    checkout ("baseline" for "direct", "baseline nginx" for "nginx"), else ``baseline``."""
+    """The target ``target`` is compared with: the same way of serving from the first
+    --baseline-app checkout ("baseline" for "direct" and for "baseline2", "baseline nginx" for
+    "nginx" and for "baseline2 nginx"), else ``baseline``."""
     if target.startswith("baseline"):
-        return None
+        name, _, way = target.partition(" ")
+        if name == "baseline":
+            return None
+        return "baseline" + (" " + way if way else "")
     own = "baseline" if target == "direct" else "baseline " + target
     return own if own in results else baseline if baseline != target else None
 
@@ -389,12 +395,15 @@ def main() -> int:
                    help="an nginx server block to measure (repeatable; default: the shipped docs/hosting/nginx.conf); "
                         "with several, ratios are against the first")
     p.add_argument("--network", choices=list(NETWORKS), action="append", help="default: all")
-    p.add_argument("--baseline-app", metavar="DIR",
+    p.add_argument("--baseline-app", metavar="DIR", action="append", default=[],
                    help="also serve the dashboard from another checkout (git worktree add DIR COMMIT), straight from "
-                        "Streamlit, as target 'baseline'; ratios are against it")
+                        "Streamlit, as target 'baseline'; ratios are against it (repeatable, up to 3: 'baseline2', "
+                        "'baseline3', compared with the first)")
     p.add_argument("--json", metavar="PATH", help="write every visit and the summaries here")
     p.add_argument("--logs", metavar="DIR", help="keep Streamlit's log and nginx's logs here (access log with timings)")
     args = p.parse_args()
+    if len(args.baseline_app) > 3:
+        p.error(f"at most 3 --baseline-app. Received: {len(args.baseline_app)}")
     if not 1 <= args.visits <= 50:
         p.error(f"--visits must be 1..50. Received: {args.visits}")
     if CHROMIUM is None:
@@ -419,15 +428,17 @@ def main() -> int:
         procs.append(streamlit)
         wait_healthy(streamlit, st_port)
         targets = {} if args.only == "nginx" else {"direct": f"http://127.0.0.1:{st_port}/"}
-        if args.baseline_app:
+        upstreams = [("", st_port)]
+        for i, directory in enumerate(args.baseline_app):
+            name = "baseline" + (str(i + 1) if i else "")
             base_port = free_port()
-            baseline = start_server(base_port, workdir, root=os.path.abspath(args.baseline_app),
-                                    log_name="baseline.log")
+            baseline = start_server(base_port, workdir, root=os.path.abspath(directory), log_name=f"{name}.log")
             procs.append(baseline)
             wait_healthy(baseline, base_port)
             if args.only != "nginx":
-                targets = {"baseline": f"http://127.0.0.1:{base_port}/", **targets}
-        upstreams = [("", st_port)] + ([("baseline ", base_port)] if args.baseline_app else [])
+                targets = {**{k: u for k, u in targets.items() if k != "direct"}, name: f"http://127.0.0.1:{base_port}/",
+                           **({"direct": targets["direct"]} if "direct" in targets else {})}
+            upstreams.append((name + " ", base_port))
         for i, conf in enumerate(confs):
             for prefix, upstream in upstreams:
                 label = prefix + ("nginx" if conf == SHIPPED_CONF else f"nginx ({os.path.basename(conf)})")

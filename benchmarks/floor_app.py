@@ -1,7 +1,9 @@
 """Writes the floor of a first visit: Streamlit drawing the Estimator's two charts and nothing else.
 
     python benchmarks/floor_app.py /tmp/floor
-    python benchmarks/first_load.py --baseline-app /tmp/floor --only nginx --network loopback
+    python benchmarks/floor_app.py --sidebar /tmp/floor-sidebar
+    python benchmarks/first_load.py --baseline-app /tmp/floor --baseline-app /tmp/floor-sidebar --only nginx \\
+        --network loopback
 
 The app in DIR loads the charts' bundle as the Estimator does (``dashboard.charts``) and
 draws the two figures the Estimator draws for its defaults, read from a file written here
@@ -9,8 +11,11 @@ draws the two figures the Estimator draws for its defaults, read from a file wri
 last element (a download button, which first_load.py waits for), with no other widgets, no
 text and no computation. ``first_load.py --baseline-app DIR`` then measures it beside the
 dashboard in the same run: its first chart is what Streamlit and the bundle cost on this
-machine at this moment, the floor under the dashboard's own. DIR links to this checkout's
-``dashboard``, ``calc``, ``static`` and ``.streamlit``.
+machine at this moment, the floor under the dashboard's own. With ``--sidebar``, the app
+also draws the dashboard's own sidebar (``dashboard.widgets.sidebar_inputs``: the same widgets,
+labels and link handling) before the charts, and computes nothing from it: the floor and the
+sidebar's share of the rest. DIR links to this checkout's ``dashboard``, ``calc``, ``static``
+and ``.streamlit``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from first_load import CHARTS, PAGE_END, ROOT  # noqa: E402  (the charts and the last element it waits for)
 
-APP = '''"""The floor of a first visit (benchmarks/floor_app.py): the Estimator's two charts, nothing else."""
+APP = '''"""The floor of a first visit (benchmarks/floor_app.py): the Estimator's two charts{what}."""
 import json
 
 import plotly.graph_objects as go
@@ -31,7 +36,7 @@ import streamlit as st
 
 from dashboard import charts
 
-charts.preload()
+charts.preload(){sidebar}
 figures = json.load(open("figures.json"))
 left, right = st.columns(2)
 for where, key in zip((left, right), {keys!r}):
@@ -58,10 +63,17 @@ def estimator_figures() -> dict[str, dict]:
     return {k: out[k] for k in CHARTS}
 
 
-def write(directory: str) -> None:
+SIDEBAR = """
+from dashboard.widgets import sidebar_inputs  # noqa: E402
+
+sidebar_inputs()  # the dashboard's sidebar, drawn; its inputs are not used"""
+
+
+def write(directory: str, sidebar: bool = False) -> None:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "app.py"), "w") as f:
-        f.write(APP.format(keys=CHARTS, page_end=PAGE_END))
+        f.write(APP.format(keys=CHARTS, page_end=PAGE_END, sidebar=SIDEBAR if sidebar else "",
+                           what=" and the dashboard's sidebar" if sidebar else ", nothing else"))
     with open(os.path.join(directory, "figures.json"), "w") as f:
         json.dump(estimator_figures(), f)
     for name in ("dashboard", "calc", "static", ".streamlit"):
@@ -73,11 +85,12 @@ def write(directory: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory")
+    parser.add_argument("--sidebar", action="store_true", help="also draw the dashboard's sidebar")
     args = parser.parse_args()
     directory = os.path.abspath(args.directory)
     sys.path.insert(0, ROOT)
     os.chdir(ROOT)
-    write(directory)
+    write(directory, args.sidebar)
     print(f"wrote {args.directory}: python benchmarks/first_load.py --baseline-app {args.directory}")
     return 0
 

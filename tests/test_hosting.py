@@ -393,6 +393,43 @@ def test_the_benchmark_measures_the_shipped_nginx_conf_with_only_its_ports_chang
     assert f"include {tmp_path}/server.conf;" in Path(main).read_text()
 
 
+@pytest.mark.parametrize("sidebar", [False, True])
+def test_the_floor_app_draws_the_two_charts_and_with_sidebar_the_dashboards_sidebar(tmp_path, monkeypatch, sidebar):
+    import importlib.util
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    spec = importlib.util.spec_from_file_location("floor_app", ROOT / "benchmarks" / "floor_app.py")
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    figures = {key: {"data": [{"type": "bar", "x": [key], "y": [1]}], "layout": {}} for key in floor.CHARTS}
+    monkeypatch.setattr(floor, "estimator_figures", lambda: figures)  # the Estimator's own run is not the subject
+    floor.write(str(tmp_path), sidebar=sidebar)
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(str(tmp_path / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    drawn = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.json) for c in at.get("bidi_component")}
+    assert {k: json.loads(drawn[k]["figure"])["data"] for k in floor.CHARTS} == {k: f["data"] for k, f in figures.items()}
+    assert at.get("download_button")[0].proto.id.endswith(floor.PAGE_END)
+    keys = {w.key for kind in ("selectbox", "number_input", "radio", "checkbox", "slider") for w in getattr(at.sidebar, kind)}
+    assert keys >= ({"lang", "model", "batch_size", "optimizer", "gpu", "margin"} if sidebar else set())
+    assert bool(keys) == sidebar
+
+
+def test_the_benchmark_compares_each_target_with_the_same_way_of_serving_the_first_baseline():
+    reference = _first_load_benchmark().reference
+    results = dict.fromkeys(["baseline", "baseline2", "direct", "nginx", "baseline nginx", "baseline2 nginx",
+                             "nginx (other.conf)", "baseline nginx (other.conf)"])
+    assert {t: reference(t, results, None) for t in results} == {
+        "baseline": None, "baseline2": "baseline", "direct": "baseline", "nginx": "baseline nginx",
+        "baseline nginx": None, "baseline2 nginx": "baseline nginx",
+        "nginx (other.conf)": "baseline nginx (other.conf)", "baseline nginx (other.conf)": None}
+    # Without a baseline checkout, several nginx configurations are compared with the first.
+    assert reference("nginx (other.conf)", {"nginx": 1, "nginx (other.conf)": 1}, "nginx") == "nginx"
+    assert reference("nginx", {"nginx": 1, "nginx (other.conf)": 1}, "nginx") is None
+
+
 @pytest.mark.server
 def test_nginx_accepts_the_shipped_conf(tmp_path):
     bench = _first_load_benchmark()
