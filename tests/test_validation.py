@@ -10,7 +10,7 @@ import pytest
 
 from calc.validation.ledgers import fresh_profile
 from calc.validation.ledgers import committed_profiles, read_ledgers, validation_specs
-from calc.validation.planned import add_planned, make_case, planned_cases
+from calc.validation.planned import add_planned, make_case, planned_cases, planned_predictions
 from calc.catalogue import CATALOGUE
 from calc.requests import config_from_dict, spec_from_dict
 from calc.validation import (CPU_DATA, CPU_REPORT, CUSTOM_DATA, FP16_DATA, GPU_JAX_DATA, GPU_JAX_REPORT, GPU_TF_DATA,
@@ -318,6 +318,35 @@ def test_a_holdout_is_scored_at_its_recorded_predictions(tmp_path):
         (case_id(*measured), 110 << 20, 100 << 20)]
     assert rows[0].relative_error == pytest.approx(0.10)
     assert missing == [case_id(*waiting)]
+
+
+def test_each_holdout_of_a_set_is_told_apart_by_the_seed_it_was_drawn_with(tmp_path, monkeypatch):
+    """A second GPU holdout joins the same sets; measuring and scoring take one draw by its seed."""
+    import sys
+
+    from tests.tools import TOOLS, load_tool
+
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    planned = tmp_path / "planned.json"
+    first, second = make_case("MobileNetV2", 96, 4, "adam"), make_case("ResNet50", 64, 2, "sgd")
+    add_planned([(*first, 100, "--gpu --seed 26 --count 12 --save")], "gpu_xla", planned)
+    add_planned([(*second, 200, "--gpu --seed 2612 --count 12 --save")], "gpu_xla", planned)
+    add_planned([(*second, 300, "--gpu --seed 2612 --count 12 --save")], "gpu", planned)
+    assert planned_cases("gpu_xla", planned, seed=2612) == [second]
+    assert planned_cases("gpu_xla", planned, seed=26) == [first]  # not the 26 in 2612
+    assert planned_cases("gpu_xla", planned) == [first, second]
+    assert planned_predictions("gpu_xla", planned, seed=2612) == {case_id(*second): 200}
+    assert planned_cases("gpu_xla", planned, seed=7) == []
+    score = load_tool("score_holdout")
+    data = tmp_path / "gpu_xla.json"
+    data.write_text(json.dumps({"environment": {}, "cases": []}))
+    assert score.holdout_rows("gpu_xla", data, planned, seed=26) == ([], [case_id(*first)])
+    measure = load_tool("measure_gpu_tf")
+    monkeypatch.setattr(measure, "planned_cases", lambda s, seed=None: planned_cases(s, planned, seed=seed))
+    monkeypatch.setattr(measure, "planned_predictions", lambda s, seed=None: planned_predictions(s, planned, seed=seed))
+    assert measure.holdout_cases(True, 2612) == [second] and measure.holdout_cases(False, 26) == []
+    assert measure.holdout_cases(True) == [second, first]  # largest prediction first
 
 
 def test_a_gpu_machines_results_merge_into_a_data_file(tmp_path):

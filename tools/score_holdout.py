@@ -2,6 +2,7 @@
 
     python tools/score_holdout.py gpu_xla calc/data/gpu_tf_h100_xla.json   # XLA's plan, the H100 holdout
     python tools/score_holdout.py gpu calc/data/gpu_tf_h100.json           # the walk, the same steps, graph executor
+    python tools/score_holdout.py gpu_xla calc/data/gpu_tf_h100_xla.json --seed 2612   # one holdout of the set
     python tools/score_holdout.py cpu calc/data/validation_cpu.json
 
 Reads the set's cases and predictions from ``validation/planned.json``
@@ -23,9 +24,11 @@ from calc.validation.planned import PLANNED, planned_predictions
 MIB = 1 << 20
 
 
-def holdout_rows(validation_set: str, data: Path, planned: Path = PLANNED) -> tuple[list[ValidationRow], list[str]]:
-    """The measured cases of the set with their recorded predictions, and the ids not measured yet."""
-    predicted = planned_predictions(validation_set, planned)
+def holdout_rows(validation_set: str, data: Path, planned: Path = PLANNED,
+                 seed: int | None = None) -> tuple[list[ValidationRow], list[str]]:
+    """The measured cases of the set (with ``seed``, of that draw) with their recorded predictions,
+    and the ids not measured yet."""
+    predicted = planned_predictions(validation_set, planned, seed)
     measured = {case["case"]: (case, spec, config) for case, spec, config in measured_cases(data)}
     rows = [ValidationRow(cid, spec, config, case["peak_bytes"], case.get("spread", 0.0) or 0.0, predicted[cid],
                           tuple(case.get("peaks_bytes", ())))
@@ -37,8 +40,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("set", help="the planned set: cpu, custom, gpu or gpu_xla")
     parser.add_argument("data", type=Path, help="the data file its measurements went into")
+    parser.add_argument("--seed", type=int, help="only the holdout drawn with this seed")
     args = parser.parse_args()
-    rows, missing = holdout_rows(args.set, args.data)
+    rows, missing = holdout_rows(args.set, args.data, seed=args.seed)
     for r in sorted(rows, key=lambda r: r.relative_error):
         print(f"{r.case:82s} predicted {r.predicted_bytes / MIB:8.1f}  measured {r.measured_bytes / MIB:8.1f} MiB"
               f"  {r.relative_error * 100:+6.1f} %")

@@ -9,6 +9,7 @@ earlier holdouts, made the same way, are in ``validation/predictions.csv``.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +43,32 @@ def load_planned(path: Path = PLANNED) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["cases"]
 
 
-def planned_predictions(validation_set: str, path: Path = PLANNED) -> dict[str, int]:
-    """Case id -> the peak bytes predicted for it before it was measured, for one set."""
-    return {c["case"]: c["predicted_peak_bytes"] for c in load_planned(path) if c["set"] == validation_set}
+def drawn_seed(entry: dict[str, Any]) -> int | None:
+    """The ``--seed`` of the ``tools/sample_holdout.py`` draw that planned ``entry``, if it says one."""
+    found = re.search(r"--seed (\d+)\b", entry.get("drawn_by", ""))
+    return int(found.group(1)) if found else None
 
 
-def planned_cases(validation_set: str, path: Path = PLANNED) -> list[tuple[ModelSpec | ModelFile, TrainingConfig]]:
-    """The planned cases of one set, as (spec, config).
+def _in_set(entry: dict[str, Any], validation_set: str, seed: int | None) -> bool:
+    return entry["set"] == validation_set and (seed is None or drawn_seed(entry) == seed)
+
+
+def planned_predictions(validation_set: str, path: Path = PLANNED, seed: int | None = None) -> dict[str, int]:
+    """Case id -> the peak bytes predicted for it before it was measured, for one set (and, with
+    ``seed``, only the draw made with that seed: one holdout)."""
+    return {c["case"]: c["predicted_peak_bytes"] for c in load_planned(path) if _in_set(c, validation_set, seed)}
+
+
+def planned_cases(validation_set: str, path: Path = PLANNED,
+                  seed: int | None = None) -> list[tuple[ModelSpec | ModelFile, TrainingConfig]]:
+    """The planned cases of one set, as (spec, config); with ``seed``, only that draw's.
 
     Sets: ``cpu`` and ``custom`` (the walk on this machine's CPU), ``gpu`` (the walk of
     TensorFlow's graph executor on a GPU) and ``gpu_xla`` (XLA's plan of the step Keras
     compiles on a GPU).
     """
     return [(spec_from_dict(c["spec"]), config_from_dict(c["config"])) for c in load_planned(path)
-            if c["set"] == validation_set]
+            if _in_set(c, validation_set, seed)]
 
 
 def add_planned(entries: list[tuple[ModelSpec | ModelFile, TrainingConfig, int, str]], validation_set: str,
