@@ -349,6 +349,36 @@ def test_each_holdout_of_a_set_is_told_apart_by_the_seed_it_was_drawn_with(tmp_p
     assert measure.holdout_cases(True) == [second, first]  # largest prediction first
 
 
+def test_the_files_a_gpu_call_cannot_carry_go_aside_and_come_back(tmp_path):
+    """tools/gpu_tf/aside.sh: the own-model files and screenshots leave the tree for the GPU calls, then return."""
+    import shutil
+    import subprocess
+
+    tree, keep = tmp_path / "tree", tmp_path / "keep"
+    (tree / "tools" / "gpu_tf").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "gpu_tf" / "aside.sh", tree / "tools" / "gpu_tf" / "aside.sh")
+    files = {"calc/data/models/mlp.keras": "weights", "docs/screenshots/estimator.png": "png", "calc/calc.py": "code"}
+    for name, text in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+
+    def aside(*args):
+        return subprocess.run(["bash", "tools/gpu_tf/aside.sh", *args], cwd=tree, capture_output=True, text=True,
+                              env={**os.environ, "CALC_GPU_ASIDE": str(keep)}, timeout=30)
+
+    out = aside("out")
+    assert out.returncode == 0, out.stderr
+    assert not (tree / "calc/data/models").exists() and not (tree / "docs/screenshots").exists()
+    assert (keep / "calc/data/models/mlp.keras").read_text() == "weights" and (tree / "calc/calc.py").exists()
+    assert aside("out").returncode == 1  # not twice: the first copy would be overwritten
+    back = aside("back")
+    assert back.returncode == 0, back.stderr
+    assert {name: (tree / name).read_text() for name in files} == files and not keep.exists()
+    assert aside("back").returncode != 0 and aside().returncode == 2
+
+
 def test_a_gpu_machines_results_merge_into_a_data_file(tmp_path):
     """tools/measure_gpu_tf.py merge: new cases added, a case measured again replaced, another environment refused."""
     import sys
