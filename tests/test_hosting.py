@@ -334,13 +334,18 @@ def test_only_one_measurement_runs_at_a_time(small_profile, monkeypatch):
 NGINX_CONF = ROOT / "docs" / "hosting" / "nginx.conf"
 
 
-def _first_load_benchmark():
+def _benchmark(name: str):
+    """``benchmarks/<name>.py`` as a module."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("first_load", ROOT / "benchmarks" / "first_load.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _first_load_benchmark():
+    return _benchmark("first_load")
 
 
 def _nginx_directives(text: str) -> dict[str, list[str]]:
@@ -395,14 +400,11 @@ def test_the_benchmark_measures_the_shipped_nginx_conf_with_only_its_ports_chang
 
 @pytest.mark.parametrize("sidebar", [False, True])
 def test_the_floor_app_draws_the_two_charts_and_with_sidebar_the_dashboards_sidebar(tmp_path, monkeypatch, sidebar):
-    import importlib.util
     import json
 
     from streamlit.testing.v1 import AppTest
 
-    spec = importlib.util.spec_from_file_location("floor_app", ROOT / "benchmarks" / "floor_app.py")
-    floor = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(floor)
+    floor = _benchmark("floor_app")
     figures = {key: {"data": [{"type": "bar", "x": [key], "y": [1]}], "layout": {}} for key in floor.CHARTS}
     monkeypatch.setattr(floor, "estimator_figures", lambda: figures)  # the Estimator's own run is not the subject
     floor.write(str(tmp_path), sidebar=sidebar)

@@ -299,6 +299,7 @@ def test_rebuilding_only_the_missing_ledgers_keeps_the_committed_ones(monkeypatc
     assert built[kept_key] == committed.profile_from_dict(ledgers.profiles[kept_key])
     assert built[new_spec.key] == ("built", new_spec.key)
 
+
 def test_a_holdout_is_scored_at_its_recorded_predictions(tmp_path):
     """tools/score_holdout.py: the error of each measured case against the prediction on record."""
     from calc.requests import config_to_dict, spec_to_dict
@@ -322,12 +323,8 @@ def test_a_holdout_is_scored_at_its_recorded_predictions(tmp_path):
 
 def test_each_holdout_of_a_set_is_told_apart_by_the_seed_it_was_drawn_with(tmp_path, monkeypatch):
     """A second GPU holdout joins the same sets; measuring and scoring take one draw by its seed."""
-    import sys
+    from tests.tools import load_tool
 
-    from tests.tools import TOOLS, load_tool
-
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
     planned = tmp_path / "planned.json"
     first, second = make_case("MobileNetV2", 96, 4, "adam"), make_case("ResNet50", 64, 2, "sgd")
     add_planned([(*first, 100, "--gpu --seed 26 --count 12 --save")], "gpu_xla", planned)
@@ -381,12 +378,8 @@ def test_the_files_a_gpu_call_cannot_carry_go_aside_and_come_back(tmp_path):
 
 def test_a_gpu_machines_results_merge_into_a_data_file(tmp_path):
     """tools/measure_gpu_tf.py merge: new cases added, a case measured again replaced, another environment refused."""
-    import sys
+    from tests.tools import load_tool
 
-    from tests.tools import TOOLS, load_tool
-
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))  # it imports measure_gpu_jax beside it
     tool = load_tool("measure_gpu_tf")
     env = {"device": "GPU:0 (NVIDIA H100 80GB HBM3)", "tensorflow": "2.21.0", "keras": "3.15.1",
            "threads": "inter_op=1 intra_op=1"}

@@ -11,7 +11,10 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
 
 def load_tool(name: str) -> ModuleType:
-    """``tools/<name>.py`` as a module (loaded once)."""
+    """``tools/<name>.py`` as a module (loaded once), with tools/ on the path as when it runs as a
+    script (``measure_gpu_tf`` imports ``measure_gpu_jax`` beside it)."""
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
