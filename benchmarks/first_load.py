@@ -427,7 +427,6 @@ def main() -> int:
         streamlit = start_server(st_port, workdir)
         procs.append(streamlit)
         wait_healthy(streamlit, st_port)
-        targets = {} if args.only == "nginx" else {"direct": f"http://127.0.0.1:{st_port}/"}
         upstreams = [("", st_port)]
         for i, directory in enumerate(args.baseline_app):
             name = "baseline" + (str(i + 1) if i else "")
@@ -435,10 +434,10 @@ def main() -> int:
             baseline = start_server(base_port, workdir, root=os.path.abspath(directory), log_name=f"{name}.log")
             procs.append(baseline)
             wait_healthy(baseline, base_port)
-            if args.only != "nginx":
-                targets = {**{k: u for k, u in targets.items() if k != "direct"}, name: f"http://127.0.0.1:{base_port}/",
-                           **({"direct": targets["direct"]} if "direct" in targets else {})}
             upstreams.append((name + " ", base_port))
+        # Straight from Streamlit: the baselines first, then the dashboard.
+        targets = {} if args.only == "nginx" else {prefix.strip() or "direct": f"http://127.0.0.1:{port}/"
+                                                   for prefix, port in upstreams[1:] + upstreams[:1]}
         for i, conf in enumerate(confs):
             for prefix, upstream in upstreams:
                 label = prefix + ("nginx" if conf == SHIPPED_CONF else f"nginx ({os.path.basename(conf)})")
