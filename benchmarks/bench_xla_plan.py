@@ -49,7 +49,7 @@ def main() -> int:
         started = time.perf_counter()
         raw = plans.compile_plan(request)
         wall = time.perf_counter() - started
-        cache.write_cached(cache.cache_key(request, xla.plan_versions()), raw)
+        cache.write_cached(cache.family_key(request, xla.plan_versions()), config.per_replica_batch, raw)
         started = time.perf_counter()
         plan = xla.compute_plan(spec, config, args.gpu)
         hit_ms = (time.perf_counter() - started) * 1000

@@ -26,3 +26,14 @@ def load_tool(name: str) -> ModuleType:
 def displayed(markdown: str) -> str:
     """What a Streamlit message shows: its backslash escapes (``dashboard.plain``) resolved."""
     return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def xla_margin(user: float = 0.05) -> float:
+    """The margin an XLA verdict keeps: the user's, or, where larger, the one under which every measured
+    XLA step of the committed plan report fits (each case: 1 - predicted / its largest run)."""
+    import json
+
+    path = Path(__file__).resolve().parent.parent / "calc" / "data" / "gpu_tf_h100_xla_plan_report.json"
+    cases = json.loads(path.read_text())["cases"]
+    measured = max(1 - c["predicted_bytes"] / max(c.get("runs_bytes") or [c["measured_bytes"]]) for c in cases)
+    return max(user, measured)

@@ -1,30 +1,45 @@
-"""Writes calc/data/xla_plans.json.gz: the plans shipped with the project.
+"""Writes calc/data/xla_plans.json.gz: the XLA plans shipped with the project.
 
-    python tools/ship_xla_plans.py
+    python tools/ship_xla_plans.py [--compile] [--models A,B] [--gpus t4,l4] [--minutes N]
 
-Every case of the XLA data files (so ``python -m calc validate --step xla`` answers in
-seconds), the dashboard's first page, and the step the tests compare with a fresh
-compile. Plans come from the disk cache or are compiled (minutes on two cores). The
-plans are keyed to the installed jax, jaxlib, plugin and Keras versions: after a version
-change, run this again.
+Shipped are, by family (one configuration on one card, every batch known):
+
+- every case of the XLA data files, so ``python -m calc validate --step xla`` answers in seconds;
+- the curves of ``calc/data/xla_shipped_curves.json``: each catalogue model at its own size,
+  for the precisions, optimizers and cards it names, from the dashboard's default batch: that
+  plan, the second plan the curve asks for (``PlanCurve.second_anchor``) and the search for the
+  largest batch at the dashboard's default margin, so that the landing page and a first model
+  switch draw the curve and give the largest batch without a compile.
+
+``--compile`` first compiles what the disk cache lacks (hours for every curve on two cores; a
+model's configuration is compiled for every card in a row, so the worker builds it once;
+``--minutes`` stops starting new ones after that long). Without it, the file is written from
+what the disk cache holds, and a curve nothing was compiled for is left out. The plans are
+keyed to the installed jax, jaxlib, plugin and Keras versions: after a version change, run
+this again with ``--compile``.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from calc.catalogue import CATALOGUE, make_spec
+from calc.gpus import GPU_PRESETS
+from calc.types import Device, Optimizer, Precision, TrainingConfig
+
+CURVES = Path(__file__).resolve().parent.parent / "calc" / "data" / "xla_shipped_curves.json"
 
 
-def shipped_requests():
-    """(spec, config, gpu key) of every plan to ship."""
-    from dataclasses import replace
-
+def validation_requests():
+    """(spec, config, gpu key) of every measured XLA case."""
     from calc.requests import config_from_dict, spec_from_dict
-    from calc.types import Device
     from calc.validation import XLA_DATA, XLA_TARGET, load_measurements
-    from dashboard.loaders import spec_for
-    from dashboard.state import DEFAULTS
-    from dashboard.views import config_of
 
     seen = set()
     for path in XLA_DATA:
@@ -33,31 +48,101 @@ def shipped_requests():
                 seen.add(case["case"])
                 yield (spec_from_dict(case["spec"]), replace(config_from_dict(case["config"]), device=Device.GPU),
                        XLA_TARGET)
-    yield spec_for(DEFAULTS.model, DEFAULTS.image_size, DEFAULTS.train_mode == "frozen_backbone"), \
-        config_of(DEFAULTS), DEFAULTS.gpu
 
 
-def main() -> int:
+def curve_setups(models: list[str] | None = None, gpus: list[str] | None = None):
+    """(spec, config at the first batch, [gpu keys], margin) of every shipped curve, in the order to compile:
+    each precision and optimizer in turn, every model, every card."""
+    data = json.loads(CURVES.read_text())
+    cards = [g for g in data["gpus"] if not gpus or g in gpus]
+    for precision in data["precisions"]:
+        for optimizer in data["optimizers"]:
+            for name in models or list(CATALOGUE):
+                config = TrainingConfig(batch_size=data["batch"], optimizer=Optimizer(optimizer),
+                                        precision=Precision(precision), device=Device.GPU)
+                yield make_spec(name), config, cards, data["margin"]
+
+
+def compile_curve(spec, config, gpu: str, margin: float) -> str:
+    """Compiles what one shipped curve lacks; returns one line on what it holds."""
+    from calc import xla
+    from calc.xla import CompiledPoint, PlanCurve, compute_plan, known_curve, plan_budget
+    from calc.xla.search import search_curve
+
+    def plan_at(batch: int) -> CompiledPoint:
+        plan = compute_plan(spec, replace(config, batch_size=batch), gpu)
+        return CompiledPoint(batch, plan.peak_bytes, plan.temporaries_bytes)
+
+    memory = xla.target_for(gpu).device_memory_size
+    points = [plan_at(config.batch_size)]
+    while (second := PlanCurve.of(points, memory).second_anchor()) is not None:
+        points.append(plan_at(second))
+    answer, curve, _ = search_curve(plan_at, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes, config.batch_size,
+                                    known_curve(spec, config, gpu))
+    return f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
+
+
+def write(models: list[str] | None = None) -> None:
     from calc import xla
     from calc.xla import cache
 
     versions = xla.plan_versions()
     if versions is None:
         raise SystemExit(xla.unavailable_reason())
-    plans = {}
-    for spec, config, gpu in shipped_requests():
-        plan = xla.compute_plan(spec, config, gpu)
-        key = cache.cache_key(cache.plan_request(spec, config, xla.target_for(gpu)), versions)
-        raw = cache.read_cached(key)
-        plans[key] = {k: v for k, v in raw.items() if k != "worker_peak_rss_bytes"}
-        print(f"{spec.key} b{config.batch_size} {config.optimizer.value} on {gpu}: {plan.peak_bytes / 2**20:.1f} MiB",
-              flush=True)
-    text = json.dumps(dict(sorted(plans.items())), indent=0, sort_keys=True)
+    families: dict[str, dict] = {}
+
+    def add(spec, config, gpu, label: str) -> None:
+        request, key = xla.family_request(spec, config, gpu)
+        plans = cache.read_family(key)
+        if plans:
+            families[key] = {"label": label, "plans": {str(b): {k: raw[k] for k in cache.KEPT_FIELDS if k in raw}
+                                                       for b, raw in sorted(plans.items())}}
+
+    for spec, config, gpu in validation_requests():
+        add(spec, config, gpu, f"{spec.key} b{config.batch_size} {config.optimizer.value} {config.precision.value} "
+                               f"{config.train_mode.value} on {gpu}")
+    for spec, config, gpus, _ in curve_setups():
+        for gpu in gpus:
+            add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}")
+    text = json.dumps({"format": cache.PLAN_FORMAT, "versions": versions, "families": dict(sorted(families.items()))},
+                      separators=(",", ":"), sort_keys=True)
     with gzip.GzipFile(cache.SHIPPED_PLANS, "wb", mtime=0) as f:  # the same plans give the same bytes
         f.write(text.encode())
-    print(f"{len(plans)} plans -> {cache.SHIPPED_PLANS}")
+    count = sum(len(f["plans"]) for f in families.values())
+    print(f"{len(families)} families, {count} plans -> {cache.SHIPPED_PLANS} "
+          f"({cache.SHIPPED_PLANS.stat().st_size:,} bytes)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compile", action="store_true", help="compile what the disk cache lacks first")
+    parser.add_argument("--models", default="", help="only these catalogue models (comma-separated)")
+    parser.add_argument("--gpus", default="", help="only these cards (comma-separated preset keys)")
+    parser.add_argument("--minutes", type=float, default=0.0, help="start no compile after this long (0: no limit)")
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m] or None
+    gpus = [g for g in args.gpus.split(",") if g] or None
+    if args.compile:
+        from calc import xla
+        from calc.xla import PlanError
+
+        started = time.monotonic()
+        for spec, config, gpu in validation_requests():
+            xla.compute_plan(spec, config, gpu)
+        for spec, config, cards, margin in curve_setups(models, gpus):
+            for gpu in cards:
+                if args.minutes and time.monotonic() - started > 60 * args.minutes:
+                    print("time is up: writing what is compiled")
+                    break
+                try:
+                    line = compile_curve(spec, config, gpu, margin)
+                except PlanError as exc:
+                    line = f"failed: {exc}"
+                print(f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}: {line} "
+                      f"({time.monotonic() - started:.0f} s)", flush=True)
+    write()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -56,13 +56,24 @@ def _plan_spec(args: argparse.Namespace) -> ModelSpec | ModelFile:
 
 
 def _xla_plan_or_reason(args: argparse.Namespace, config: TrainingConfig, gpu: GpuPreset | None):
-    """(plan, None) or (None, one-line reason the walk is shown instead)."""
-    from calc.xla import PlanError, compute_plan
+    """(plan, None) or (None, one-line reason the walk is shown instead).
+
+    The plan is drawn on the curve of the plans known for this configuration where the curve
+    draws it (``calc.xla.KnownPlans.at``), unless ``--compile``; else compiled.
+    """
+
+    from calc.xla import PlanError, compute_plan, known_plans
 
     if gpu is None:
         return None, "the XLA plan compiles for a card: add --gpu PRESET"
+    remat = "" if args.remat == "none" else args.remat
+    spec = _plan_spec(args)
     try:
-        return compute_plan(_plan_spec(args), config, gpu.key, "" if args.remat == "none" else args.remat), None
+        if not args.compile:
+            known = known_plans(spec, config, gpu.key, remat).at(config.per_replica_batch)
+            if known is not None:
+                return known, None
+        return compute_plan(spec, config, gpu.key, remat), None
     except PlanError as exc:
         return None, str(exc)
 
@@ -120,7 +131,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, plan) -> int:
-    usable = int(gpu.memory_bytes * (1.0 - args.margin))
+    from calc.xla import plan_budget
+
+    budget = plan_budget(gpu, args.margin)
     needed = plan.peak_bytes + gpu.overhead_bytes
     out: dict[str, Any] = {
         "model": name,
@@ -134,21 +147,31 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
         "remat": plan.remat or None,
         "peak_bytes": plan.peak_bytes,
         "components": plan.components(),
+        "plan_source": "compiled" if plan.compiled else "drawn",
+        "drawn_through": list(plan.drawn_through) or None,
         "target": plan.target,
         "compile_seconds": plan.compile_seconds,
         "versions": plan.versions,
         "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes, "framework_overhead_bytes": gpu.overhead_bytes,
-        "fits": needed <= usable,
+        "margin": budget.margin,
+        "fits": needed <= budget.usable_bytes,
     }
+    how = ("compiled" if plan.compiled else
+           f"drawn on the line through the plans compiled at batches {plan.drawn_through[0]} and "
+           f"{plan.drawn_through[1]}; --compile compiles this batch's own")
     lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
              f"{config.train_mode.value}  (XLA's plan of the step Keras compiles on {gpu.name}, jit_compile=True"
              f"{', RematScope ' + plan.remat if plan.remat else ''})"]
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in plan.components().items()]
-    lines.append(f"  {'planned peak':20s} {plan.peak_bytes / GIB:10.3f} GiB  ({plan.peak_bytes:,} bytes; "
+    lines.append(f"  {'planned peak':20s} {plan.peak_bytes / GIB:10.3f} GiB  ({plan.peak_bytes:,} bytes, {how}; "
                  f"{plan.versions}, XLA autotuning off)")
     lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: "
-                 f"{'fits' if out['fits'] else 'does NOT fit'} ({needed / GIB:.2f} of {usable / GIB:.2f} GiB usable); "
-                 "`max-batch --step xla` finds the largest batch")
+                 f"{'fits' if out['fits'] else 'does NOT fit'} ({needed / GIB:.2f} of {budget.usable_bytes / GIB:.2f} "
+                 f"GiB usable with a {budget.margin:.1%} margin); `max-batch` finds the largest batch")
+    if budget.margin_is_measured:
+        lines.append(f"  note: the margin is {budget.margin:.1%}, not {args.margin:.0%}: on {budget.measured.cases} "
+                     f"steps measured on an H100, TensorFlow's XLA step took up to "
+                     f"{-budget.measured.worst_under / (1 + budget.measured.worst_under):.1%} more than the plan")
     print_out(out, args.json, lines)
     return 0
 
@@ -163,33 +186,45 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
     fit = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes, safety_margin=args.margin)
     out = {"model": name, "step": "graph", "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes,
            "framework_overhead_bytes": gpu.overhead_bytes, "safety_margin": args.margin, "max_batch_size": fit}
-    if _step(args) == "xla":
-        from calc.xla import PlanError, plan_max_batch
-
-        usable = int(gpu.memory_bytes * (1.0 - args.margin)) - gpu.overhead_bytes
-        try:
-            found = plan_max_batch(_plan_spec(args), config, gpu.key, usable, max(1, fit // config.num_gpus),
-                                   "" if args.remat == "none" else args.remat)
-        except PlanError as exc:
-            print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead",
-                  file=sys.stderr)
-            out["xla_unavailable"] = str(exc)
-        else:
-            best = found.max_batch * config.num_gpus
-            out.update(step="xla", max_batch_size=best, graph_max_batch_size=fit, compiles=found.compiles,
-                       compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= usable}
-                                 for b, n in found.compiled])
-            edge = (f"batch {found.max_batch} per device planned {dict(found.compiled).get(found.max_batch, 0) / GIB:.2f}"
-                    f" GiB and fits, {found.max_batch + 1} planned "
-                    f"{dict(found.compiled).get(found.max_batch + 1, 0) / GIB:.2f} GiB and does not"
-                    if found.max_batch else "not even batch 1 per device fits")
-            print_out(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}), XLA's plan (jit_compile=True): "
-                                    f"largest batch {best}; {edge} ({usable / GIB:.2f} GiB usable after the "
-                                    f"framework overhead); {found.compiles} plans consulted "
-                                    f"(the graph-executor walk says {fit})"])
-            return 0
+    if _step(args) == "xla" and _print_max_batch_xla(args, name, config, gpu, fit, out):
+        return 0
     print_out(out, args.json, [f"{name} on {gpu.name} (margin {args.margin:.0%}), graph executor (jit_compile=False): "
                             f"largest batch {fit}"])
     return 0
 
 
+
+
+def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, walk: int,
+                         out: dict[str, Any]) -> bool:
+    """The largest batch by XLA's plans (the search from the plans known, compiling what it lacks);
+    False, with one line on stderr, where no plan can be made (the walk's answer is printed then)."""
+    from calc.xla import PlanError, plan_budget, plan_max_batch
+
+    budget = plan_budget(gpu, args.margin)
+    try:
+        found = plan_max_batch(_plan_spec(args), config, gpu.key, budget.plan_bytes, max(1, walk // config.num_gpus),
+                               "" if args.remat == "none" else args.remat)
+    except PlanError as exc:
+        print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead", file=sys.stderr)
+        out["xla_unavailable"] = str(exc)
+        return False
+    best = found.max_batch * config.num_gpus
+    compiled = dict(found.compiled)
+    out.update(step="xla", max_batch_size=best, graph_max_batch_size=walk, compiles=found.compiles,
+               known_before=found.known, settled=True, exceeds=found.exceeds, margin=budget.margin,
+               compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= budget.plan_bytes}
+                         for b, n in found.compiled])
+    if found.max_batch and found.exceeds is not None:
+        peak = compiled.get(found.max_batch)
+        edge = (f"batch {found.max_batch} per device {'planned ' + f'{peak / GIB:.2f} GiB' if peak else 'fits'}"
+                f" and fits, {found.exceeds} does not")
+    else:
+        edge = "not even batch 1 per device fits"
+    how = (f"{found.compiles} plans compiled, {found.known} known before" if found.known else
+           f"{found.compiles} plans compiled")
+    print_out(out, args.json, [
+        f"{name} on {gpu.name} (margin {budget.margin:.1%}), XLA's plan (jit_compile=True): largest batch {best}; "
+        f"{edge} ({budget.plan_bytes / GIB:.2f} GiB for the plan after the framework overhead); {how}; found by "
+        f"searching XLA's plans from the line through known plans (the graph-executor walk says {walk})"])
+    return True

@@ -105,6 +105,8 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
                         "TensorFlow's graph executor, jit_compile=False; the default otherwise)")
     p.add_argument("--remat", choices=["none", *REMAT_MODES], default="none",
                    help="keras.RematScope mode the model is built under (with --step xla)")
+    p.add_argument("--compile", action="store_true",
+                   help="with --step xla: compile this batch's plan even where the curve of known plans draws it")
 
 
 LOCAL_FILE_LIMIT = 8 * 2**30  # your own file on your machine: the dashboard's 200 MiB is for strangers

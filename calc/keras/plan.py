@@ -2,16 +2,25 @@
 
 Run in a child process whose environment ``calc.workers.plans.plan_env`` sets
 (``KERAS_BACKEND=jax``, XLA's autotuner off) before Keras and JAX are imported.
+
+A ``PlanModel`` is one model built with its optimizer, kept to plan its step at any batch
+and for any card: building and the symbolic pass cost 5-20 s a model, and do not depend on
+the batch or the card (the state's shapes do not), so a worker that keeps the model pays
+only tracing and XLA's compile for a further batch. Its plans are byte-identical to a
+fresh process's (``tests/test_xla_plan.py``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
 from calc.keras.step import batch_shapes, compiled_training_model
+from calc.requests import config_to_dict, spec_to_dict
 from calc.types import TrainingConfig
 
 
@@ -39,85 +48,140 @@ def _static_remat_options() -> None:
     core.remat = remat
 
 
-def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_config: str,
-                    remat: str | None = None) -> dict[str, Any]:
-    """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
-
-    Needs ``KERAS_BACKEND=jax`` and ``--xla_gpu_autotune_level=0`` in ``XLA_FLAGS`` before
-    Keras and JAX are imported (``calc.workers.plans.plan_env`` sets them): the autotuner
-    would run convolutions on a device. JAX compiles for the CUDA target described by
-    ``target_config`` (a ``stream_executor.GpuTargetConfigProto`` in text form) as a
-    compile-only client ("deviceless ahead-of-time compilation"), and the compiled
-    program's ``memory_analysis()`` gives the bytes XLA assigned.
+class PlanModel:
+    """One model built as ``config`` trains it (the batch aside), ready to plan at any batch and card.
 
     The step is what ``train_on_batch`` runs: ``jax.jit(model.train_step, donate_argnums=0)``
     (keras/src/backend/jax/trainer.py, ``make_train_function``) over the state it gathers
     (trainable, non-trainable, optimizer and metrics variables) and one batch.
     """
+
+    def __init__(self, spec: ModelSpec | ModelFile, config: TrainingConfig, remat: str | None = None) -> None:
+        import jax
+        import keras
+        import numpy as np
+
+        if keras.backend.backend() != "jax":
+            raise RuntimeError("the XLA plan needs KERAS_BACKEND=jax")
+        started = time.perf_counter()
+        keras.backend.clear_session()
+        if remat:
+            _static_remat_options()
+        model = compiled_training_model(spec, config, remat=remat)
+        x_shape, x_dtype, y_shape, _ = batch_shapes(model, 1)
+        # Keras builds the optimizer and the metrics from one small batch; the plan's batch is abstract.
+        # The symbolic pass only infers shapes, and Keras 3.15's remat wrapper fails inside it
+        # ("'str' object has no attribute '_error_repr'" under mode "full"), so remat is off
+        # for that pass and back on for the step that is compiled.
+        one = (np.zeros(x_shape, x_dtype), np.zeros(y_shape, "int32"), None)
+        modes = [(layer, layer._remat_mode) for layer in model._flatten_layers(include_self=True, recursive=True)]
+        for layer, _ in modes:
+            layer._remat_mode = None
+        try:
+            model._symbolic_build(data_batch=one)
+        finally:
+            for layer, mode in modes:
+                layer._remat_mode = mode
+        groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+                  model.metrics_variables)
+        self._state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
+                                           optimizer_variables=True, metrics_variables=True,
+                                           purge_model_variables=False)
+        self._model = model
+        self._step = jax.jit(model.train_step, donate_argnums=0)
+        self._meshes: dict[str, Any] = {}
+        self._shape_x, self._dtype_x, self._shape_y = x_shape[1:], x_dtype, y_shape[1:]
+        self.group_bytes = tuple(_nbytes(g) for g in groups)
+        self.build_seconds = round(time.perf_counter() - started, 2)
+
+    def _sharding(self, target_config: str) -> Any:
+        """A sharding on one device of the target card (one compile-only topology per card)."""
+        from jax.experimental import topologies
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        if target_config not in self._meshes:
+            topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
+            self._meshes[target_config] = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
+        return self._meshes[target_config]
+
+    def plan(self, batch: int, target_config: str) -> dict[str, Any]:
+        """XLA's memory analysis of the step at ``batch`` for the card ``target_config`` describes.
+
+        JAX compiles for the CUDA target described by ``target_config`` (a
+        ``stream_executor.GpuTargetConfigProto`` in text form) as a compile-only client
+        ("deviceless ahead-of-time compilation"), and the compiled program's
+        ``memory_analysis()`` gives the bytes XLA assigned.
+        """
+        import jax
+        import keras
+
+        started = time.perf_counter()
+        sharding = self._sharding(target_config)
+
+        def abstract(v: Any) -> Any:
+            return jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
+
+        # Labels reach the step as int32 (JAX without x64 converts int64 numpy arrays).
+        data = (jax.ShapeDtypeStruct((batch, *self._shape_x), "int32" if "int" in self._dtype_x else self._dtype_x,
+                                     sharding=sharding),
+                jax.ShapeDtypeStruct((batch, *self._shape_y), "int32", sharding=sharding), None)
+        lowered = self._step.lower(jax.tree.map(abstract, self._state), data)
+        traced = time.perf_counter()
+        memory = lowered.compile().memory_analysis()
+        if memory is None:
+            raise RuntimeError("XLA gave no memory analysis of the compiled step")
+        trainable, non_trainable, optimizer, metrics = self.group_bytes
+        return {
+            "argument_bytes": int(memory.argument_size_in_bytes),
+            "output_bytes": int(memory.output_size_in_bytes),
+            "alias_bytes": int(memory.alias_size_in_bytes),
+            "temp_bytes": int(memory.temp_size_in_bytes),
+            "generated_code_bytes": int(memory.generated_code_size_in_bytes),
+            "trainable_bytes": trainable,
+            "non_trainable_bytes": non_trainable,
+            "optimizer_bytes": optimizer,
+            "metrics_bytes": metrics,
+            "batch_bytes": _nbytes(data),
+            # What a fresh process spends before XLA's compile: building the model and tracing the step.
+            "build_seconds": round(self.build_seconds + traced - started, 2),
+            "compile_seconds": round(time.perf_counter() - traced, 2),
+            "jax": jax.__version__,
+            "keras": keras.__version__,
+        }
+
+
+def _nbytes(values: Any) -> int:
     import jax
-    import keras
     import numpy as np
-    from jax.experimental import topologies
-    from jax.sharding import NamedSharding, PartitionSpec
 
-    if keras.backend.backend() != "jax":
-        raise RuntimeError("the XLA plan needs KERAS_BACKEND=jax")
-    started = time.perf_counter()
-    topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
-    sharding = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
-    keras.backend.clear_session()
-    if remat:
-        _static_remat_options()
-    model = compiled_training_model(spec, config, remat=remat)
-    batch = config.per_replica_batch
-    x_shape, x_dtype, y_shape, _ = batch_shapes(model, batch)
-    # Keras builds the optimizer and the metrics from one small batch; the plan's batch is abstract.
-    # The symbolic pass only infers shapes, and Keras 3.15's remat wrapper fails inside it
-    # ("'str' object has no attribute '_error_repr'" under mode "full"), so remat is off
-    # for that pass and back on for the step that is compiled.
-    one = (np.zeros((1, *x_shape[1:]), x_dtype), np.zeros((1, *y_shape[1:]), "int32"), None)
-    modes = [(layer, layer._remat_mode) for layer in model._flatten_layers(include_self=True, recursive=True)]
-    for layer, _ in modes:
-        layer._remat_mode = None
-    try:
-        model._symbolic_build(data_batch=one)
-    finally:
-        for layer, mode in modes:
-            layer._remat_mode = mode
-    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
-              model.metrics_variables)
-    state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True, optimizer_variables=True,
-                                 metrics_variables=True, purge_model_variables=False)
+    return sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in jax.tree.leaves(values) if v is not None)
 
-    def abstract(v: Any) -> Any:
-        return jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
 
-    # Labels reach the step as int32 (JAX without x64 converts int64 numpy arrays).
-    data = (jax.ShapeDtypeStruct(x_shape, "int32" if "int" in x_dtype else x_dtype, sharding=sharding),
-            jax.ShapeDtypeStruct(y_shape, "int32", sharding=sharding), None)
-    lowered = jax.jit(model.train_step, donate_argnums=0).lower(jax.tree.map(abstract, state), data)
-    built = time.perf_counter()
-    compiled = lowered.compile()
-    memory = compiled.memory_analysis()
-    if memory is None:
-        raise RuntimeError("XLA gave no memory analysis of the compiled step")
+_WARM: dict[str, PlanModel] = {}  # the last model planned in this process, by its family
 
-    def nbytes(values: Any) -> int:
-        return sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in jax.tree.leaves(values) if v is not None)
 
-    return {
-        "argument_bytes": int(memory.argument_size_in_bytes),
-        "output_bytes": int(memory.output_size_in_bytes),
-        "alias_bytes": int(memory.alias_size_in_bytes),
-        "temp_bytes": int(memory.temp_size_in_bytes),
-        "generated_code_bytes": int(memory.generated_code_size_in_bytes),
-        "trainable_bytes": nbytes(groups[0]),
-        "non_trainable_bytes": nbytes(groups[1]),
-        "optimizer_bytes": nbytes(groups[2]),
-        "metrics_bytes": nbytes(groups[3]),
-        "batch_bytes": nbytes(data),
-        "build_seconds": round(built - started, 2),
-        "compile_seconds": round(time.perf_counter() - built, 2),
-        "jax": jax.__version__,
-        "keras": keras.__version__,
-    }
+def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_config: str,
+                    remat: str | None = None, family: str | None = None) -> dict[str, Any]:
+    """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
+
+    ``family`` names the configuration at any batch (a saved file's by its content, which a
+    path alone does not); by default the spec, the config at batch 1 and the remat mode. Needs ``KERAS_BACKEND=jax`` and ``--xla_gpu_autotune_level=0`` in ``XLA_FLAGS`` before
+    Keras and JAX are imported (``calc.workers.plans.plan_env`` sets them): the autotuner
+    would run convolutions on a device. The model is kept for the next request of the same
+    configuration at another batch or card (its ``"warm"`` is then true); one model at a time,
+    so that a worker holds one model's state.
+    """
+    import gc
+
+    import jax
+
+    family = family or json.dumps([spec_to_dict(spec), config_to_dict(replace(config, batch_size=1, num_gpus=1)),
+                                    remat], sort_keys=True)
+    model = _WARM.get(family)
+    warm = model is not None
+    if model is None:
+        _WARM.clear()
+        jax.clear_caches()
+        gc.collect()
+        model = _WARM[family] = PlanModel(spec, config, remat)
+    return {**model.plan(config.per_replica_batch, target_config), "warm": warm}

@@ -7,13 +7,15 @@ ends the child, with its traceback on stderr for the parent's failure message.
 
     measure       one training step measured on TensorFlow (``calc.keras.step``)
     profile-file  a saved model loaded with safe mode on and profiled (``calc.keras.build``)
-    plan-xla      XLA's plan of the step for a GPU, compiled on JAX (``calc.keras.plan``)
+    plan-xla      XLA's plan of the step for a GPU, compiled on JAX (``calc.keras.plan``), the model kept
     build         catalogue models built and profiled, one after another (the build worker)
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
@@ -23,7 +25,7 @@ from calc.keras.plan import plan_in_process
 from calc.keras.step import measure_in_process
 from calc.profile_json import profile_to_dict
 from calc.requests import config_from_dict, spec_from_dict
-from calc.workers.protocol import answer_line, refusal_line
+from calc.workers.protocol import DIE_WITH_ENV, NICE_ENV, answer_line, refusal_line
 
 
 def _typed(exc: BaseException) -> str:
@@ -50,8 +52,11 @@ def _profile_file(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plan(request: dict[str, Any]) -> dict[str, Any]:
+    # The model is kept across requests that differ only in the batch or the card.
+    family = json.dumps([request["spec"], {**request["config"], "batch_size": 0}, request.get("remat")],
+                        sort_keys=True)
     return plan_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
-                           request["target_config"], request.get("remat"))
+                           request["target_config"], request.get("remat"), family=family)
 
 
 def _build(request: dict[str, Any]) -> dict[str, Any]:
@@ -84,10 +89,29 @@ def serve(job: Job, stdin: TextIO, stdout: TextIO) -> int:
     return 0
 
 
+def follow_parent(env: dict[str, str]) -> None:
+    """What ``calc.workers.protocol.background_env`` asks: a lower CPU priority, and this process
+    ended by the kernel when its parent ends (Linux ``PR_SET_PDEATHSIG``), however the parent ends."""
+    try:
+        os.nice(max(0, min(19, int(env.get(NICE_ENV, "0")))))
+    except (ValueError, OSError):
+        pass
+    parent = env.get(DIE_WITH_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if str(os.getppid()) != parent:  # the parent ended before the signal was asked for
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in JOBS:
         sys.stderr.write(f"usage: python -m calc.workers.child {{{','.join(JOBS)}}}. Received: {argv}\n")
         return 2
+    follow_parent(dict(os.environ))
     return serve(JOBS[argv[0]], sys.stdin, sys.stdout)
 
 

@@ -4,17 +4,30 @@ The child (job ``plan-xla`` of ``calc.workers.child``) builds the model on Keras
 backend and compiles its train step for a CUDA target without a GPU
 (``calc.keras.plan.plan_in_process``); this is the parent's side: the child's
 environment, its limits, and its answer or a one-line ``PlanError``.
+
+A ``PlanWorker`` keeps one child for many compiles: the child keeps the last model it
+built, so a further batch or card of the same configuration costs tracing and XLA's compile
+only (about half a fresh child's time on catalogue models). It runs at a lower CPU priority
+than the pages, ends with this process however it ends, and can be stopped halfway from
+another thread (``cancel``) when nobody waits for its compile any more.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 from typing import Any
 
 from calc.workers.budgets import budget_bytes, gib
-from calc.workers.protocol import child_env, run_once
+from calc.workers.protocol import Child, Reply, background_env, child_command, child_env, resident_bytes, run_once
 from calc.xla.plan import TIMEOUT_S, PlanError
 
+COMPILE_NICE = 10  # the compile children's CPU priority below the server's (os.nice)
+
+
+class PlanCancelled(PlanError):
+    """The compile was stopped because nobody waits for it any more."""
 
 
 def plan_env() -> dict[str, str]:
@@ -30,6 +43,17 @@ def plan_env() -> dict[str, str]:
     return env
 
 
+def _raise_for(reply: Reply, timeout_s: float, max_rss_bytes: int, tail: str) -> None:
+    if reply.failure == "time":
+        raise PlanError(f"the compile ran past {timeout_s:.0f} s and was stopped")
+    if reply.failure == "memory":
+        raise PlanError(f"the compile passed its memory budget of {gib(max_rss_bytes)} and was stopped")
+    if reply.refusal is not None:
+        raise PlanError(f"XLA could not compile this step: {_one_line(reply.refusal)}")
+    if reply.failure:
+        raise PlanError(f"the compile failed: {_one_line(tail)}")
+
+
 def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_rss_bytes: int | None = None,
                  poll_s: float = 0.25) -> dict[str, Any]:
     """XLA's memory analysis of the request's step (``calc.xla.cache.plan_request``), compiled
@@ -42,16 +66,103 @@ def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_r
     max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
     outcome = run_once("plan-xla", request, env=plan_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes,
                        poll_s=poll_s, tail_lines=2)
-    reply = outcome.reply
-    if reply.failure == "time":
-        raise PlanError(f"the compile ran past {timeout_s:.0f} s and was stopped")
-    if reply.failure == "memory":
-        raise PlanError(f"the compile passed its memory budget of {gib(max_rss_bytes)} and was stopped")
-    if reply.refusal is not None:
-        raise PlanError(f"XLA could not compile this step: {_one_line(reply.refusal)}")
-    if not reply.failure:
-        return {**reply.answer, "worker_peak_rss_bytes": reply.peak_rss_bytes}
-    raise PlanError(f"the compile failed: {outcome.exit_reason}: {_one_line(' | '.join(outcome.tail))}")
+    _raise_for(outcome.reply, timeout_s, max_rss_bytes, f"{outcome.exit_reason}: {' | '.join(outcome.tail)}")
+    return {**outcome.reply.answer, "worker_peak_rss_bytes": outcome.reply.peak_rss_bytes}
+
+
+def family_of(request: dict[str, Any]) -> str:
+    """What a warm child keeps across requests: the request but its batch and its card."""
+    return json.dumps([request.get("spec"), {**request.get("config", {}), "batch_size": 0}, request.get("remat")],
+                      sort_keys=True)
+
+
+class PlanWorker:
+    """One long-lived child that compiles plans, keeping the last model it built.
+
+    Args:
+        max_rss_bytes: the memory budget (``calc.workers.budgets``, "compile"): a compile is
+            stopped past it, and the child is replaced before it builds another model while
+            it holds more than half of it.
+        nice: how far below this process's CPU priority the child runs.
+
+    The child ends when this process ends, also when it is killed (``background_env``):
+    start the worker's compiles from a thread that lives as long as the process.
+    """
+
+    def __init__(self, *, max_rss_bytes: int | None = None, nice: int = COMPILE_NICE) -> None:
+        self.max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
+        self.nice = nice
+        self._child: Child | None = None
+        self._family: str | None = None  # the model the child holds
+        self._lock = threading.Lock()  # one compile at a time
+        self._state = threading.Lock()  # guards _child and _cancelled against cancel()
+        self._cancelled = False
+        self.started = 0  # children started so far
+
+    @property
+    def family(self) -> str | None:
+        """The configuration whose model the child holds (``family_of``), or None."""
+        return self._family
+
+    def compile(self, request: dict[str, Any], *, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+        """The child's answer for ``request``; raises ``PlanError`` (``PlanCancelled`` after ``cancel``)."""
+        family = family_of(request)
+        with self._lock:
+            with self._state:
+                self._cancelled = False
+                child = self._ready_child(family)
+            reply = child.ask(request, timeout_s=timeout_s, max_rss_bytes=self.max_rss_bytes)
+            with self._state:
+                cancelled = self._cancelled
+                if reply.failure:
+                    self._stop()
+                else:
+                    self._family = family
+            if cancelled and reply.failure:
+                raise PlanCancelled("the compile was stopped: nobody waits for it any more")
+            if reply.refusal is not None:  # the child may hold a half-built model: start afresh next time
+                with self._state:
+                    self._family = None
+            _raise_for(reply, timeout_s, self.max_rss_bytes, " | ".join(child.tail(2)) or "the child ended")
+            return {**reply.answer, "worker_peak_rss_bytes": reply.peak_rss_bytes}
+
+    def _ready_child(self, family: str) -> Child:
+        child = self._child
+        if child is not None and (child.proc.poll() is not None or
+                                  (family != self._family and resident_bytes(child.proc.pid) > self.max_rss_bytes // 2)):
+            self._stop()  # ended, or too big to build another model in
+            child = None
+        if child is None:
+            child = self._child = Child(child_command("plan-xla"), background_env(plan_env(), self.nice))
+            self._family = None
+            self.started += 1
+        return child
+
+    def cancel(self) -> bool:
+        """Stops the compile in progress (from another thread); False when none runs."""
+        with self._state:
+            if self._child is None or not self._lock.locked():
+                return False
+            self._cancelled = True
+            self._child.kill()
+            return True
+
+    def close(self) -> None:
+        """Ends the child at once; a compile in progress fails as cancelled, and its thread cleans up."""
+        if self._lock.acquire(blocking=False):
+            try:
+                with self._state:
+                    self._stop()
+            finally:
+                self._lock.release()
+        else:
+            self.cancel()
+
+    def _stop(self) -> None:
+        child, self._child, self._family = self._child, None, None
+        if child is not None:
+            child.kill()
+            child.close(wait_s=1)
 
 
 def _one_line(text: str, limit: int = 300) -> str:

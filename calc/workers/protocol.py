@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,20 @@ def child_env() -> dict[str, str]:
     return env
 
 
+DIE_WITH_ENV = "CALC_CHILD_DIES_WITH"  # a parent's pid: the child ends when that parent does
+NICE_ENV = "CALC_CHILD_NICE"  # the child lowers its CPU priority by this much
+
+
+def background_env(env: dict[str, str], nice: int) -> dict[str, str]:
+    """``env`` for a child that runs behind the pages: at a lower CPU priority, and ended by the
+    kernel when this process ends, also by SIGKILL (``calc.workers.child.follow_parent``).
+
+    The kernel's signal follows the thread that started the child, so only children started by a
+    thread that lives as long as the process (the main thread, a worker thread) may ask for it.
+    """
+    return {**env, DIE_WITH_ENV: str(os.getpid()), NICE_ENV: str(nice)}
+
+
 def resident_bytes(pid: int) -> int:
     """A process's resident memory (Linux /proc), 0 when it cannot be read."""
     try:
@@ -91,8 +106,9 @@ class Child:
     """
 
     def __init__(self, command: list[str] | tuple[str, ...], env: dict[str, str]) -> None:
+        # Its own process group, so that stopping it stops what it started (XLA runs ptxas).
         self.proc = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0, env=env)
+                                     stderr=subprocess.PIPE, bufsize=0, env=env, start_new_session=True)
         stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
         assert stdin is not None and stdout is not None and stderr is not None  # all three are pipes
         self._stdin, self._stdout, self._stderr = stdin, stdout, stderr
@@ -187,7 +203,11 @@ class Child:
         return self.proc.returncode
 
     def kill(self) -> None:
-        self.proc.kill()
+        """Stops the child and its process group at once (safe from another thread, and twice)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
         self.proc.wait()
 
 

@@ -1,13 +1,17 @@
-"""What decides a plan, the key it is known by, and where known plans are kept.
+"""What decides a plan, the keys it is known by, and where known plans are kept.
 
 A request holds everything that changes the plan (the model, or a saved file's content;
-the one-device config; the target; the remat mode); its key adds the versions of the
-packages the child compiles with and ``PLAN_FORMAT``. Plans shipped with the project are
-read first, then the disk cache (least recently used dropped past ``CACHE_ENTRIES``).
+the one-device config; the target; the remat mode). Plans are kept by family: the same
+request at every batch, one entry a family, so one read gives a configuration's whole curve
+(``calc.xla.curve``). A family's key adds the versions of the packages the child compiles
+with and ``PLAN_FORMAT``. Plans shipped with the project are read first, then the disk
+cache (least recently used families dropped past ``CACHE_ENTRIES``).
 """
 
 from __future__ import annotations
 
+import copy
+import fcntl
 import functools
 import gzip
 import hashlib
@@ -25,11 +29,16 @@ from calc.xla.plan import REMAT_MODES, PlanError
 from calc.xla.targets import GpuTarget
 
 SHIPPED_PLANS = Path(__file__).parent.parent / "data" / "xla_plans.json.gz"
-PLAN_FORMAT = 1  # bump when the child's answer or the request's meaning changes
+PLAN_FORMAT = 2  # bump when the child's answer or the request's meaning changes
 # The packages the child needs; their versions are part of every cache key (XLA's version
 # moves plans by 1-2 %).
 PLAN_PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "keras")
-CACHE_ENTRIES = 2000
+CACHE_ENTRIES = 2000  # families on disk
+# What a kept plan needs (``calc.xla.plan.plan_from_analysis``, ``calc.xla.curve``): the rest of
+# the child's answer is left out of the shipped file.
+KEPT_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "trainable_bytes",
+               "non_trainable_bytes", "optimizer_bytes", "metrics_bytes", "batch_bytes", "build_seconds",
+               "compile_seconds", "jax", "keras")
 
 
 def plan_versions() -> dict[str, str] | None:
@@ -75,6 +84,18 @@ def plan_request(spec: ModelSpec | ModelFile, config: TrainingConfig, target: Gp
             "target_config": target.config_text(), "remat": remat or None}
 
 
+def request_batch(request: dict[str, Any]) -> int:
+    """The one-device batch a request compiles."""
+    return int(request["config"]["batch_size"])
+
+
+def at_batch(request: dict[str, Any], batch: int) -> dict[str, Any]:
+    """The same request at another one-device batch."""
+    moved = copy.deepcopy(request)
+    moved["config"]["batch_size"] = batch
+    return moved
+
+
 def _file_digest(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -83,12 +104,12 @@ def _file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
-def cache_key(request: dict[str, Any], versions: dict[str, str]) -> str:
-    """A digest of the request (the file's content, not its path), the versions and the format."""
+def family_key(request: dict[str, Any], versions: dict[str, str]) -> str:
+    """A digest of the request at any batch (the file's content, not its path), the versions and the format."""
     spec = dict(request["spec"])
     if "sha256" in spec:
         spec.pop("file", None)
-    keyed = {**request, "spec": spec, "target": None, "versions": versions, "format": PLAN_FORMAT}
+    keyed = {**at_batch(request, 0), "spec": spec, "target": None, "versions": versions, "format": PLAN_FORMAT}
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -100,26 +121,51 @@ def cache_dir() -> Path:
 
 
 @functools.cache
-def shipped_plans() -> dict[str, dict[str, Any]]:
-    """Plans committed with the project (the validation cases, the dashboard's first page)."""
+def shipped_plans() -> dict[str, dict[int, dict[str, Any]]]:
+    """Plans committed with the project, family key -> one-device batch -> the child's answer."""
     try:
         with gzip.open(SHIPPED_PLANS, "rt") as f:
-            return json.load(f)
+            data = json.load(f)
     except (OSError, ValueError):
         return {}
+    if data.get("format") != PLAN_FORMAT:
+        return {}
+    return {key: {int(b): raw for b, raw in family["plans"].items()} for key, family in data["families"].items()}
 
 
-def read_cached(key: str) -> dict[str, Any] | None:
-    """The child's answer for ``key``: shipped, else from the disk cache; None if unknown."""
-    if key in shipped_plans():
-        return shipped_plans()[key]
+def read_family(key: str) -> dict[int, dict[str, Any]]:
+    """Every known plan of a family: one-device batch -> the child's answer (shipped, then on disk)."""
+    plans = dict(shipped_plans().get(key, {}))
     text = read_entry(cache_dir() / f"{key}.json")
+    if text is not None:
+        try:
+            plans.update({int(b): raw for b, raw in json.loads(text)["plans"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass  # a damaged entry costs its compiles again
+    return plans
+
+
+def read_cached(key: str, batch: int) -> dict[str, Any] | None:
+    """The child's answer for ``batch`` in family ``key``; None if unknown."""
+    return read_family(key).get(batch)
+
+
+def write_cached(key: str, batch: int, raw: dict[str, Any]) -> None:
+    """Adds the child's answer for ``batch`` to family ``key`` on disk (one writer at a time across
+    processes, the file replaced atomically), dropping the oldest families past ``CACHE_ENTRIES``."""
+    folder = cache_dir()
     try:
-        return json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def write_cached(key: str, raw: dict[str, Any]) -> None:
-    """Keeps the child's answer for ``key`` on disk (atomically), dropping the oldest past ``CACHE_ENTRIES``."""
-    write_entry(cache_dir() / f"{key}.json", json.dumps(raw), CACHE_ENTRIES)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "families.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            plans: dict[str, Any] = {}
+            text = read_entry(folder / f"{key}.json")
+            if text is not None:
+                try:
+                    plans = dict(json.loads(text)["plans"])
+                except (ValueError, KeyError, TypeError):
+                    plans = {}
+            plans[str(batch)] = {k: raw[k] for k in KEPT_FIELDS if k in raw}
+            write_entry(folder / f"{key}.json", json.dumps({"plans": plans}, sort_keys=True), CACHE_ENTRIES)
+    except OSError:
+        pass  # a read-only or full disk only costs the compile again next time

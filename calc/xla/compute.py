@@ -1,28 +1,43 @@
-"""XLA's plan of a training step, found or compiled once: the package's entry points.
+"""XLA's plan of a training step, found or compiled once, and a configuration's curve: the
+package's entry points.
 
-A plan known already (shipped or on disk, ``calc.xla.cache``) is read; otherwise one child
-compiles it (``calc.workers.plans``), one compile at a time per machine, one flight for
-identical requests. Imports neither JAX nor Keras.
+A plan known already (shipped or on disk, ``calc.xla.cache``) is read; otherwise a child
+compiles it (``calc.workers.plans.PlanWorker``, which keeps the model built for the next
+batch), one compile at a time per machine, one flight for identical requests. Imports
+neither JAX nor Keras.
 """
 
 from __future__ import annotations
 
-import functools
+import atexit
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import calc.xla.cache as cache
 from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
-from calc.workers import plans as plan_child
-from calc.xla.plan import TIMEOUT_S, PlanError, XlaPlan, plan_from_analysis
+from calc.workers.plans import PlanWorker
+from calc.xla.curve import PlanCurve, compiled_point
+from calc.xla.plan import TIMEOUT_S, PlanError, XlaPlan, drawn_plan, plan_from_analysis
 from calc.xla.targets import target_for
 
-_flights: dict[str, threading.Lock] = {}
+_flights: dict[tuple[str, int], threading.Lock] = {}
 _flights_guard = threading.Lock()
-COMPILES: list[str] = []  # cache keys compiled by this process, in order (tests check single flight)
+COMPILES: list[tuple[str, int]] = []  # (family, batch) compiled by this process, in order (tests check single flight)
+_worker: PlanWorker | None = None
+_worker_guard = threading.Lock()
+
+
+def _shared_worker() -> PlanWorker:
+    """This process's compile worker, started on first use and stopped at exit."""
+    global _worker
+    with _worker_guard:
+        if _worker is None:
+            _worker = PlanWorker()
+            atexit.register(_worker.close)
+        return _worker
 
 
 def _machine_lock(timeout_s: float) -> Any:
@@ -42,6 +57,48 @@ def _machine_lock(timeout_s: float) -> Any:
                 f.close()
                 raise PlanError(f"another compile held this machine for more than {timeout_s:.0f} s") from None
             time.sleep(0.2)
+
+
+def family_request(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str,
+                   remat: str = "") -> tuple[dict[str, Any], str]:
+    """(the child's request at the config's one-device batch, its family's cache key).
+
+    Raises:
+        PlanError: no XLA here, no target for ``gpu_key``, an unknown remat mode.
+    """
+    target = target_for(gpu_key)
+    if (reason := cache.unavailable_reason()) is not None:
+        raise PlanError(reason)
+    request = cache.plan_request(spec, config, target, remat)
+    return request, cache.family_key(request, cache.plan_versions() or {})
+
+
+def compile_request(request: dict[str, Any], key: str, *, timeout_s: float = TIMEOUT_S, wait_s: float = 2 * TIMEOUT_S,
+                    runner: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                    exclusive: bool = True) -> dict[str, Any]:
+    """The child's answer for ``request`` (family ``key``): from the cache, or compiled once and kept.
+
+    ``exclusive``: wait for other compiles on this machine first (the command line); a server that
+    schedules its own compiles (``dashboard.xla_jobs``) runs as many at once as it is set to.
+    """
+    batch = cache.request_batch(request)
+    if (raw := cache.read_cached(key, batch)) is not None:
+        return raw
+    with _flights_guard:
+        flight = _flights.setdefault((key, batch), threading.Lock())
+    with flight:  # a second identical request waits here, then finds the first one's answer
+        if (raw := cache.read_cached(key, batch)) is None:
+            lock = _machine_lock(wait_s) if exclusive else None
+            try:
+                if (raw := cache.read_cached(key, batch)) is None:  # another process may have compiled it meanwhile
+                    run = runner or (lambda r: _shared_worker().compile(r, timeout_s=timeout_s))
+                    raw = run(request)
+                    COMPILES.append((key, batch))
+                    cache.write_cached(key, batch, raw)
+            finally:
+                if lock is not None:
+                    lock.close()
+    return raw
 
 
 def compute_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "", *,
@@ -64,58 +121,59 @@ def compute_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: s
     Raises:
         PlanError: with a one-line reason (no jax here, no target, XLA refused, time-out).
     """
-    target = target_for(gpu_key)
-    if (reason := cache.unavailable_reason()) is not None:
-        raise PlanError(reason)
-    request = cache.plan_request(spec, config, target, remat)
-    key = cache.cache_key(request, cache.plan_versions() or {})
-    if (raw := cache.read_cached(key)) is not None:
-        return plan_from_analysis(raw, target.key, remat)
-    with _flights_guard:
-        flight = _flights.setdefault(key, threading.Lock())
-    with flight:  # a second identical request waits here, then finds the first one's answer
-        if (raw := cache.read_cached(key)) is None:
-            lock = _machine_lock(wait_s)
-            try:
-                if (raw := cache.read_cached(key)) is None:  # another process may have compiled it meanwhile
-                    raw = (runner or functools.partial(plan_child.compile_plan, timeout_s=timeout_s))(request)
-                    COMPILES.append(key)
-                    cache.write_cached(key, raw)
-            finally:
-                lock.close()
-    return plan_from_analysis(raw, target.key, remat)
+    request, key = family_request(spec, config, gpu_key, remat)
+    raw = compile_request(request, key, timeout_s=timeout_s, wait_s=wait_s, runner=runner)
+    return plan_from_analysis(raw, target_for(gpu_key).key, remat)
 
 
 def cached_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> XlaPlan | None:
     """The plan if it is already known (shipped or on disk), without compiling; None otherwise."""
     try:
-        target = target_for(gpu_key)
-        versions = cache.plan_versions()
-        if versions is None:
-            return None
-        raw = cache.read_cached(cache.cache_key(cache.plan_request(spec, config, target, remat), versions))
+        request, key = family_request(spec, config, gpu_key, remat)
     except (PlanError, OSError):
         return None
-    return None if raw is None else plan_from_analysis(raw, target.key, remat)
+    raw = cache.read_cached(key, cache.request_batch(request))
+    return None if raw is None else plan_from_analysis(raw, target_for(gpu_key).key, remat)
 
 
-def known_peaks(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, batches: list[int],
-                remat: str = "", versions: dict[str, str] | None = None) -> dict[int, int]:
-    """Per-device batch -> planned peak bytes, for the batches whose plans are already known.
+@dataclass(frozen=True)
+class KnownPlans:
+    """Every plan known for one configuration on one card, at any batch, and the curve they make."""
 
-    Never compiles. ``versions`` (``calc.xla.cache.plan_versions()``, read once by the caller) saves reading
-    the packages' metadata for each of a curve's hundred batches.
+    plans: dict[int, XlaPlan]  # one-device batch -> compiled plan
+    curve: PlanCurve
+
+    def at(self, batch: int) -> XlaPlan | None:
+        """The plan at a one-device batch: compiled, or drawn on the curve's line (``XlaPlan.drawn_through``);
+        None where the curve has neither (near the card's memory, or fewer than two plans to draw from)."""
+        if batch in self.plans:
+            return self.plans[batch]
+        point = self.curve.drawn(batch)
+        if point is None:
+            return None
+        a, b = point.through
+        return drawn_plan(self.plans[a], a, self.plans[b], b, batch, point.peak_bytes)
+
+
+def known_plans(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> KnownPlans:
+    """Every plan known for this configuration at any batch (shipped or on disk); never compiles.
+
+    Empty where no plan can be made here (no XLA, no target).
     """
-    versions = versions or cache.plan_versions()
     try:
         target = target_for(gpu_key)
-    except PlanError:
-        return {}
-    if versions is None:
-        return {}
-    peaks = {}
-    for batch in sorted(set(batches)):
-        request = cache.plan_request(spec, replace(config, batch_size=batch, num_gpus=1), target, remat)
-        if (raw := cache.read_cached(cache.cache_key(request, versions))) is not None:
-            peaks[batch] = plan_from_analysis(raw, target.key, remat).peak_bytes
-    return peaks
+        _, key = family_request(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
+    except (PlanError, OSError):
+        return KnownPlans({}, PlanCurve((), 0))
+    raws = cache.read_family(key)
+    plans = {b: plan_from_analysis(raw, target.key, remat) for b, raw in raws.items()}
+    return KnownPlans(plans, PlanCurve.of((compiled_point(b, raw) for b, raw in raws.items()),
+                                          target.device_memory_size))
+
+
+def known_curve(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> PlanCurve:
+    """Every plan known for this configuration at any batch (shipped or on disk), as a curve; never compiles.
+
+    Empty where no plan can be made here (no XLA, no target).
+    """
+    return known_plans(spec, config, gpu_key, remat).curve

@@ -6,7 +6,7 @@ The plan's numbers come from XLA's own ``memory_analysis()`` of the compiled ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # keras.RematScope modes the plan answers. "larger_than" is not one: Keras 3.15 measures a
@@ -38,6 +38,13 @@ class XlaPlan:
     remat: str = ""
     compile_seconds: float = 0.0
     versions: str = ""
+    # Empty for a compiled plan; for one drawn on the line through two compiled plans
+    # (``calc.xla.curve``), their batches.
+    drawn_through: tuple[int, ...] = ()
+
+    @property
+    def compiled(self) -> bool:
+        return not self.drawn_through
 
     @property
     def peak_bytes(self) -> int:
@@ -79,3 +86,18 @@ def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> Xla
         compile_seconds=float(raw.get("compile_seconds", 0.0)) + float(raw.get("build_seconds", 0.0)),
         versions=f"jax {raw.get('jax', '?')}, keras {raw.get('keras', '?')}",
     )
+
+
+def drawn_plan(a: XlaPlan, batch_a: int, b: XlaPlan, batch_b: int, batch: int, peak_bytes: int) -> XlaPlan:
+    """The plan at ``batch`` on the line through two compiled plans, ``peak_bytes`` its drawn peak.
+
+    The state and the step's outputs do not change with the batch; the input batch grows in
+    proportion to it (both plans carry it exactly); the temporaries are the rest, so the
+    components sum to ``peak_bytes``.
+    """
+    batch_bytes = round(a.input_batch_bytes + (batch - batch_a) * (b.input_batch_bytes - a.input_batch_bytes)
+                        / (batch_b - batch_a))
+    temporaries = peak_bytes - a.weights_bytes - a.optimizer_state_bytes - batch_bytes - a.outputs_bytes \
+        - a.outside_step_bytes
+    return replace(a, input_batch_bytes=batch_bytes, temporaries_bytes=temporaries, compile_seconds=0.0,
+                   drawn_through=(batch_a, batch_b))

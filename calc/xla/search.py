@@ -1,4 +1,11 @@
-"""The largest batch whose compiled plan fits a card: a search over XLA's plans, compiling few."""
+"""The largest batch whose compiled plan fits a card: a search over XLA's plans, compiling few.
+
+The search's steps are the curve's (``calc.xla.curve.PlanCurve.next_search_batch``): it
+starts from every plan already known, tries where the line through them crosses the budget,
+and brackets the answer until a batch that fits and one that does not are compiled within
+``calc.xla.curve.settle_width`` of each other. The dashboard takes the same steps one compile
+at a time in the background (``dashboard.xla_jobs``); this runs them in a row (the command line).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,8 @@ from typing import Any, Callable
 
 from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
-from calc.xla.compute import compute_plan
+from calc.xla.compute import compute_plan, known_curve
+from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
 
 
 @dataclass(frozen=True)
@@ -15,61 +23,55 @@ class XlaMaxBatch:
     """The largest batch whose compiled plan fits, and how it was found."""
 
     max_batch: int  # 0: not even one sample fits
-    compiled: tuple[tuple[int, int], ...]  # (per-device batch, needed bytes) of every plan consulted
+    compiled: tuple[tuple[int, int], ...]  # (per-device batch, needed bytes) of every plan compiled by the search
+    known: int = 0  # plans of this configuration known before the search
+    exceeds: int | None = None  # the smallest compiled batch above ``max_batch`` that does not fit
 
     @property
     def compiles(self) -> int:
         return len(self.compiled)
 
 
-def max_batch_xla(needed: Callable[[int], int], usable_bytes: int, start: int, *, limit: int = 1 << 16) -> XlaMaxBatch:
-    """The largest per-device batch B with ``needed(B) <= usable_bytes`` and ``needed(B + 1) > usable_bytes``.
+def search_curve(plan_at: Callable[[int], CompiledPoint], budget_bytes: int, start: int, curve: PlanCurve,
+                 *, limit: int = 1 << 16) -> tuple[MaxBatch, PlanCurve, tuple[CompiledPoint, ...]]:
+    """Compiles (``plan_at``) the curve's next search batch until the largest batch is settled.
 
-    ``needed`` compiles (or reads) the plan at a batch. ``start`` (the walk's answer) is the
-    first guess; until a batch that does not fit is known the guess is the last one scaled
-    to the budget, and at least half as large again. Inside the
-    bracket each guess is where the line between its two ends crosses the budget (regula
-    falsi), and a bisection follows any guess that did not halve the bracket: near the
-    card's memory XLA's plans stop growing in a straight line (docs/XLA_PLAN.md), so the
-    search cannot rely on one. B and B + 1 are both compiled.
+    Returns the answer, the curve with every plan compiled, and those plans in order.
     """
-    known: dict[int, int] = {}
+    compiled: list[CompiledPoint] = []
+    while (batch := curve.next_search_batch(budget_bytes, start, limit)) is not None:
+        point = plan_at(batch)
+        compiled.append(point)
+        curve = PlanCurve.of((*curve.points, point), curve.device_memory_bytes)
+    answer = curve.max_batch(budget_bytes)
+    assert answer is not None  # the loop compiled at least one plan
+    return answer, curve, tuple(compiled)
 
-    def at(b: int) -> int:
-        if b not in known:
-            known[b] = needed(b)
-        return known[b]
 
-    lo, hi = 0, limit + 1  # lo fits (0 trivially), hi does not
-    b, bisect = min(max(1, start), limit), False
-    while hi - lo > 1:
-        width = hi - lo
-        if at(b) <= usable_bytes:
-            lo = b
-        else:
-            hi = b
-        if hi - lo <= 1:
-            break
-        if hi > limit:  # no batch that does not fit yet: scale to the budget, growing by half at least
-            b = min(max(lo * usable_bytes // max(known[lo], 1), lo + max(1, lo // 2)), limit)
-        elif lo == 0 or bisect:
-            b = (lo + hi) // 2
-        else:
-            m_lo, m_hi = known[lo], known[hi]
-            b = lo + int((usable_bytes - m_lo) * (hi - lo) / (m_hi - m_lo)) if m_hi > m_lo else (lo + hi) // 2
-        b = min(max(b, lo + 1), hi - 1)
-        bisect = (hi - lo) * 2 > width
-    if 1 <= lo < limit:
-        at(lo + 1)
-    return XlaMaxBatch(lo, tuple(sorted(known.items())))
+def max_batch_xla(needed: Callable[[int], int], usable_bytes: int, start: int, *, limit: int = 1 << 16) -> XlaMaxBatch:
+    """The largest per-device batch B with ``needed(B) <= usable_bytes`` (within ``settle_width``),
+    ``needed`` compiling (or reading) the plan at a batch, ``start`` the first guess.
+
+    No line is drawn: ``needed`` gives peaks alone, so every step is a bracket's."""
+    answer, _, compiled = search_curve(lambda b: CompiledPoint(b, needed(b), needed(b)), usable_bytes, start,
+                                       PlanCurve((), 0), limit=limit)
+    return XlaMaxBatch(answer.batch, tuple(sorted((p.batch, p.peak_bytes) for p in compiled)), 0, answer.exceeds)
 
 
 def plan_max_batch(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, usable_bytes: int,
                    start: int, remat: str = "", **kwargs: Any) -> XlaMaxBatch:
-    """``max_batch_xla`` over compiled plans: the largest per-device batch whose plan fits ``usable_bytes``."""
+    """The largest per-device batch whose plan fits ``usable_bytes``, from the plans known of this
+    configuration on this card and as few compiles more as the search needs."""
+    curve = known_curve(spec, config, gpu_key, remat)
 
-    def needed(per_device: int) -> int:
+    def plan_at(per_device: int) -> CompiledPoint:
         one = replace(config, batch_size=per_device, num_gpus=1)
-        return compute_plan(spec, one, gpu_key, remat, **kwargs).peak_bytes
+        plan = compute_plan(spec, one, gpu_key, remat, **kwargs)
+        return CompiledPoint(per_device, plan.peak_bytes, plan.temporaries_bytes)
 
-    return max_batch_xla(needed, usable_bytes, start)
+    answer, _, compiled = search_curve(plan_at, usable_bytes, start, curve)
+    return XlaMaxBatch(answer.batch, tuple(sorted((p.batch, p.peak_bytes) for p in compiled)), len(curve.points),
+                       answer.exceeds)
+
+
+

@@ -1,0 +1,47 @@
+"""What a plan may take on a card: the card less the safety margin and the framework overhead.
+
+The margin of an XLA verdict is the user's, or the plan's measured one where that is larger
+(``calc.validation.margins``): a batch said to fit keeps free at least what the plan fell
+short of TensorFlow's XLA step on the measured steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from calc.gpus import GpuPreset
+from calc.validation.margins import PlanMargin, plan_margin
+
+
+@dataclass(frozen=True)
+class PlanBudget:
+    """One card's bytes for one device's plan."""
+
+    memory_bytes: int
+    overhead_bytes: int  # the framework's, outside the allocator (``GpuPreset.overhead_bytes``)
+    user_margin: float  # the share of the card the user keeps free
+    measured: PlanMargin  # what the plan's record asks for
+
+    @property
+    def margin(self) -> float:
+        """The share kept free: the user's, or the measured one where larger."""
+        return max(self.user_margin, self.measured.fraction)
+
+    @property
+    def margin_is_measured(self) -> bool:
+        return self.measured.fraction > self.user_margin
+
+    @property
+    def usable_bytes(self) -> int:
+        """The card less the margin: what the plan and the framework overhead may take."""
+        return int(self.memory_bytes * (1.0 - self.margin))
+
+    @property
+    def plan_bytes(self) -> int:
+        """What the plan itself may take."""
+        return self.usable_bytes - self.overhead_bytes
+
+
+def plan_budget(gpu: GpuPreset, user_margin: float) -> PlanBudget:
+    """The budget of one device's plan on ``gpu`` with the user's safety margin (a fraction)."""
+    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, plan_margin())

@@ -1,0 +1,320 @@
+"""A configuration's XLA plans along the batch: the compiled points, a line between them where
+XLA's plan is a straight line, and the largest batch that fits.
+
+Away from the card's memory a plan grows by the same bytes for each sample (its activations,
+gradients and input): a line through two plans compiled well apart gives a third within
+0.3 % (docs/notes/gpu-and-xla.md). XLA's GPU compiler rematerialises when the step's
+temporaries pass its scheduler's memory limit (xla/service/gpu/gpu_compiler.cc,
+``GetSchedulerMemoryLimit``): 80 % of the card's memory, less the program's inputs and
+outputs (aliased ones once), times ``xla_gpu_memory_limit_slop_factor`` (95 %). Below that
+limit the plan is the line; above it XLA recomputes what it would otherwise keep, and the
+plan bends under the line, so there only compiled plans count.
+
+Pure: a curve is built from the child's answers (``calc.xla.cache.read_family``), never compiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable
+
+# XLA's scheduler limit: device memory x 80 / 100 when the module names none (JAX names
+# none), and xla_gpu_memory_limit_slop_factor's default, 95.
+SCHEDULER_SHARE = (80, 100)
+SLOP_PERCENT = 95
+
+
+class PointSource(str, Enum):
+    """Where a point of the curve comes from."""
+
+    COMPILED = "compiled"  # XLA's plan at this very batch
+    DRAWN = "drawn"  # on the line through two compiled plans, below XLA's rematerialisation limit
+
+
+@dataclass(frozen=True)
+class CompiledPoint:
+    """One compiled plan's bytes: its peak, and the part that is XLA's temporaries."""
+
+    batch: int  # per device
+    peak_bytes: int
+    temp_bytes: int
+
+    @property
+    def io_bytes(self) -> int:
+        """The program's inputs and outputs (the state once, the batch, the loss): the peak less the temporaries."""
+        return self.peak_bytes - self.temp_bytes
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The plan at one batch, and what it is."""
+
+    batch: int  # per device
+    peak_bytes: int
+    source: PointSource
+    through: tuple[int, ...] = ()  # DRAWN: the compiled batches its line passes through
+
+
+def compiled_point(batch: int, raw: dict[str, Any]) -> CompiledPoint:
+    """A child's answer (``calc.keras.plan.PlanModel.plan``) as a point: peak = arguments + temporaries
+    + outputs - aliased, as ``calc.xla.plan.plan_from_analysis`` reads it."""
+    peak = raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
+    return CompiledPoint(batch, int(peak), int(raw["temp_bytes"]))
+
+
+def settle_width(batch: int) -> int:
+    """How close the search brackets the largest batch: exactly (B fits, B + 1 does not) up to 199,
+    within 1 % above, where one sample more or less changes nothing a user decides."""
+    return max(1, batch // 100)
+
+
+@dataclass(frozen=True)
+class MaxBatch:
+    """The largest one-device batch whose plan fits a budget, and how it is known.
+
+    ``settled``: a batch that fits and one that does not are both compiled, ``settle_width``
+    apart; ``batch`` is then the compiled one that fits. Otherwise ``batch`` is the best
+    answer so far: the largest compiled batch that fits, or where the line through compiled
+    plans crosses the budget below XLA's rematerialisation limit, whichever is larger; near
+    the card's memory XLA rematerialises, so more may fit than the line says.
+    """
+
+    batch: int  # 0: not even one sample fits
+    source: PointSource
+    settled: bool
+    fits: int | None  # the largest compiled batch that fits (None: none fits or none compiled)
+    exceeds: int | None  # the smallest compiled batch above it that does not fit
+
+
+@dataclass(frozen=True)
+class PlanCurve:
+    """Every compiled plan of one configuration (the batch aside) on one card.
+
+    Args:
+        points: the compiled plans, any order.
+        device_memory_bytes: the card's memory as XLA's compiler sees it (``GpuTarget.device_memory_size``).
+
+    >>> curve = PlanCurve.of([CompiledPoint(16, 1_700, 1_500), CompiledPoint(64, 5_600, 5_300)], 10**6)
+    >>> curve.at(32)
+    CurvePoint(batch=32, peak_bytes=3000, source=<PointSource.DRAWN: 'drawn'>, through=(16, 64))
+    """
+
+    points: tuple[CompiledPoint, ...]
+    device_memory_bytes: int
+
+    @classmethod
+    def of(cls, points: Iterable[CompiledPoint], device_memory_bytes: int) -> PlanCurve:
+        by_batch = {p.batch: p for p in points}
+        return cls(tuple(by_batch[b] for b in sorted(by_batch)), device_memory_bytes)
+
+    # --- where the line holds ----------------------------------------------------------
+
+    def remat_limit_bytes(self, io_bytes: int) -> int:
+        """XLA's scheduler limit on temporaries for a program with ``io_bytes`` of inputs and outputs."""
+        share, whole = SCHEDULER_SHARE
+        return (self.device_memory_bytes * share // whole - io_bytes) * SLOP_PERCENT // 100
+
+    def below_limit(self, peak_bytes: int, temp_bytes: int) -> bool:
+        """True where XLA has no reason to rematerialise: the temporaries under its scheduler limit."""
+        return temp_bytes <= self.remat_limit_bytes(peak_bytes - temp_bytes)
+
+    @property
+    def anchors(self) -> tuple[CompiledPoint, ...]:
+        """The compiled plans a line may pass through: those XLA did not rematerialise.
+
+        XLA's remat pass stops once the temporaries are under its limit, so a rematerialised
+        plan sits just under the limit, where a plain one may sit too. Going up the batches, a
+        plan is taken while fewer than two are, if its temporaries are under half the limit;
+        after that, if the line through the plans taken puts its temporaries under the limit
+        (XLA then had no reason to rematerialise it).
+        """
+        anchors: list[CompiledPoint] = []
+        for point in self.points:
+            limit = self.remat_limit_bytes(point.io_bytes)
+            if len(anchors) < 2:
+                if point.temp_bytes <= limit // 2:
+                    anchors.append(point)
+                continue
+            first, last = anchors[0], anchors[-1]
+            temp = first.temp_bytes + (point.batch - first.batch) * (last.temp_bytes - first.temp_bytes) / (
+                last.batch - first.batch)
+            if temp <= limit and point.temp_bytes <= limit:
+                anchors.append(point)
+        return tuple(anchors)
+
+    def compiled(self, batch: int) -> CompiledPoint | None:
+        return next((p for p in self.points if p.batch == batch), None)
+
+    def _line(self, batch: int) -> tuple[float, float, tuple[int, int]] | None:
+        """(peak, temporaries, the two batches) on the line at ``batch``: between the anchors around it,
+        above them on the line through the smallest and the largest. None below the smallest anchor:
+        at small batches XLA's choices of layout and algorithm move the plan by a few samples' worth
+        (ResNet50 under mixed_float16 on an H100: batch 16 planned 9.8 % above the line through 32 and
+        512), which is much of a small plan."""
+        anchors = self.anchors
+        if len(anchors) < 2 or batch < anchors[0].batch:
+            return None
+        above = [p for p in anchors if p.batch >= batch]
+        if above:
+            b = above[0]
+            a = max((p for p in anchors if p.batch < batch), key=lambda p: p.batch, default=None)
+            if a is None:  # the smallest anchor itself
+                a, b = anchors[0], anchors[1]
+        else:
+            a, b = anchors[0], anchors[-1]
+        t = (batch - a.batch) / (b.batch - a.batch)
+        return (a.peak_bytes + t * (b.peak_bytes - a.peak_bytes), a.temp_bytes + t * (b.temp_bytes - a.temp_bytes),
+                (a.batch, b.batch))
+
+    def drawn(self, batch: int) -> CurvePoint | None:
+        """The line's point at ``batch`` where XLA would not rematerialise (compiled or not); None
+        past that, or with fewer than two anchors."""
+        line = self._line(batch)
+        if line is None:
+            return None
+        peak, temp, through = line
+        if not self.below_limit(round(peak), round(temp)):
+            return None
+        return CurvePoint(batch, round(peak), PointSource.DRAWN, through)
+
+    def at(self, batch: int) -> CurvePoint | None:
+        """The plan at ``batch``: compiled, or drawn on the line where XLA would not rematerialise;
+        None near the card's memory without a compiled plan, or with fewer than two anchors."""
+        if (point := self.compiled(batch)) is not None:
+            return CurvePoint(batch, point.peak_bytes, PointSource.COMPILED)
+        return self.drawn(batch)
+
+    def line_start(self) -> int | None:
+        """The smallest batch the line is drawn from: the smallest anchor (None with fewer than two)."""
+        anchors = self.anchors
+        return anchors[0].batch if len(anchors) >= 2 else None
+
+    def line_end(self) -> int | None:
+        """The largest batch the line is drawn to: past it XLA's temporaries would pass its limit
+        (None with fewer than two anchors)."""
+        start = self.line_start()
+        if start is None or self.drawn(start) is None:
+            return None
+        lo, hi = start, start * 2
+        while self.drawn(hi) is not None and hi < 1 << 24:
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.drawn(mid) is not None else (lo, mid)
+        return lo
+
+    # --- the largest batch -------------------------------------------------------------
+
+    def bracket(self, budget_bytes: int) -> tuple[int | None, int | None]:
+        """(the largest compiled batch that fits, the smallest compiled batch above it that does not)."""
+        fits = [p.batch for p in self.points if p.peak_bytes <= budget_bytes]
+        lo = max(fits) if fits else None
+        over = [p.batch for p in self.points if p.peak_bytes > budget_bytes and p.batch > (lo or 0)]
+        return lo, (min(over) if over else None)
+
+    def line_crossing(self, budget_bytes: int) -> int | None:
+        """The largest batch whose drawn point fits the budget (None: no line, or not even batch 1)."""
+        end, start = self.line_end(), self.line_start()
+        if end is None or start is None or self.drawn(start).peak_bytes > budget_bytes:  # type: ignore[union-attr]
+            return None
+        lo, hi = start, end
+        last = self.drawn(hi)
+        if last is not None and last.peak_bytes <= budget_bytes:
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            point = self.drawn(mid)
+            lo, hi = (mid, hi) if point is not None and point.peak_bytes <= budget_bytes else (lo, mid)
+        return lo
+
+    def max_batch(self, budget_bytes: int) -> MaxBatch | None:
+        """The largest batch whose plan fits ``budget_bytes``, as well as the plans known tell it;
+        None before any plan is compiled."""
+        if not self.points:
+            return None
+        lo, hi = self.bracket(budget_bytes)
+        if hi is not None and hi - (lo or 0) <= settle_width(lo or 0):
+            return MaxBatch(lo or 0, PointSource.COMPILED, True, lo, hi)
+        crossing = self.line_crossing(budget_bytes)
+        if crossing is not None and hi is not None:
+            crossing = min(crossing, hi - 1)
+        if crossing is not None and crossing > (lo or 0):
+            return MaxBatch(crossing, PointSource.DRAWN, False, lo, hi)
+        return MaxBatch(lo or 0, PointSource.COMPILED, False, lo, hi)
+
+    def next_search_batch(self, budget_bytes: int, start: int, limit: int = 1 << 16) -> int | None:
+        """The next batch to compile in the search for the largest batch that fits; None once settled.
+
+        Until a batch that does not fit is compiled: where the line crosses the budget (XLA can
+        only fit more than the line near its limit, never less), else, past the line, the
+        largest fitting batch scaled to the budget and at least half as large again. Inside a bracket: where the line
+        between its two ends crosses the budget (regula falsi), kept within its middle half, so
+        each compile at least quarters it; near the card's memory XLA's plans stop growing in a
+        straight line, so the search cannot rely on one.
+        """
+        if not self.points:
+            return max(1, min(start, limit))
+        lo, hi = self.bracket(budget_bytes)
+        low = lo or 0
+        if hi is not None and hi - low <= settle_width(low):
+            return None
+        if hi is None:
+            if low >= limit:
+                return None
+            guess = self.line_crossing(budget_bytes) or 0
+            top = self.compiled(low)
+            if guess <= low and top is not None:  # past the line: XLA rematerialises, the plan bends under it
+                guess = max(low * budget_bytes // max(top.peak_bytes, 1), low + max(1, low // 2))
+            return min(max(guess, low + 1), limit)
+        if low == 0:
+            return max(1, hi // 2) if hi > 1 else None
+        m_lo, m_hi = self.compiled(low), self.compiled(hi)
+        assert m_lo is not None and m_hi is not None
+        width = hi - low
+        if width <= 4 or m_hi.peak_bytes <= m_lo.peak_bytes:
+            guess = low + width // 2
+        else:
+            guess = low + int((budget_bytes - m_lo.peak_bytes) * width / (m_hi.peak_bytes - m_lo.peak_bytes))
+            guess = min(max(guess, low + width // 4), hi - width // 4)
+        return min(max(guess, low + 1), hi - 1)
+
+    def search_left(self, budget_bytes: int) -> int:
+        """About how many compiles the search still needs (for a progress line; 0 once settled)."""
+        lo, hi = self.bracket(budget_bytes)
+        low = lo or 0
+        if not self.points:
+            return 4
+        if hi is None:
+            return 3
+        width = hi - low
+        settle = settle_width(low)
+        return 0 if width <= settle else max(1, math.ceil(math.log(width / settle, 4)) + 1)
+
+    # --- a second plan for the line ------------------------------------------------------
+
+    def second_anchor(self) -> int | None:
+        """A batch whose plan, with the one compiled, gives a line: None when two anchors are known.
+
+        A power of two (so that visitors asking other batches share it), far from the compiled
+        plan and well inside the line region: the largest up to half the batch where the
+        temporaries would reach XLA's limit, if that is at least twice the compiled batch (the line
+        is drawn upwards from its smaller plan); else the smallest of 8 or more below it, else 1.
+        The limit's batch is guessed from the compiled plan, all its temporaries taken to grow
+        with the batch.
+        """
+        anchors = self.anchors
+        if len(anchors) >= 2 or not self.points:
+            return None
+        ref = anchors[0] if anchors else self.points[0]
+        known = {p.batch for p in self.points}
+        per_sample = max(1, ref.temp_bytes // ref.batch)
+        limit_batch = max(1, self.remat_limit_bytes(ref.io_bytes) // per_sample)
+        candidates = [1 << k for k in range(0, 24) if (1 << k) <= max(1, limit_batch // 2) and (1 << k) not in known]
+        above = [c for c in candidates if c >= 2 * ref.batch]
+        if above:
+            return max(above)
+        below = [c for c in candidates if c < ref.batch]
+        roomy = [c for c in below if c >= 8]
+        return min(roomy) if roomy else max(below, default=None)

@@ -1,0 +1,160 @@
+"""XLA's plan curve (calc/xla/curve.py): drawn points, the rematerialisation limit, the largest batch.
+
+Pure: every plan is made by a formula in this file, shaped as XLA's plans are (a straight
+line in the batch until the temporaries reach XLA's scheduler limit, then held at that
+limit while recomputation can, then growing again).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from calc.xla import CompiledPoint, PlanCurve, PointSource, settle_width
+from calc.xla.plan import XlaPlan, drawn_plan
+from calc.xla.search import max_batch_xla, search_curve
+
+GIB = 2**30
+MIB = 2**20
+MEMORY = 16 * GIB  # the card as XLA sees it
+STATE = 300 * MIB  # weights, optimizer state, outputs: the program's inputs and outputs without the batch
+INPUT = 600_000  # input bytes per sample
+FIXED_TEMP = 40 * MIB
+PER_SAMPLE = 80 * MIB  # temporaries per sample while XLA keeps every activation
+
+
+def limit(io: int) -> int:
+    """XLA's scheduler limit on temporaries (xla/service/gpu/gpu_compiler.cc): (80 % of memory - io) x 95 %."""
+    return (MEMORY * 80 // 100 - io) * 95 // 100
+
+
+def plan(batch: int, *, holds_until: float = 1.6) -> CompiledPoint:
+    """A plan shaped like XLA's: the line until the temporaries reach the limit; then held at the limit
+    while recomputation can save enough (up to ``holds_until`` times the limit), then growing again."""
+    io = STATE + INPUT * batch
+    temp = FIXED_TEMP + PER_SAMPLE * batch
+    cap = limit(io)
+    if temp > cap:
+        temp = cap - 1000 if temp <= holds_until * cap else round(temp / holds_until)
+    return CompiledPoint(batch, io + temp, temp)
+
+
+def line_peak(batch: int) -> int:
+    return STATE + INPUT * batch + FIXED_TEMP + PER_SAMPLE * batch
+
+
+def curve_of(*batches: int) -> PlanCurve:
+    return PlanCurve.of([plan(b) for b in batches], MEMORY)
+
+
+def test_points_between_and_above_two_plans_are_drawn_on_their_line_and_none_below():
+    curve = curve_of(8, 32)
+    for batch in (9, 20, 31, 64, 100):
+        point = curve.at(batch)
+        assert point is not None and point.source is PointSource.DRAWN and point.through == (8, 32)
+        assert point.peak_bytes == line_peak(batch)
+    assert curve.at(32).source is PointSource.COMPILED and curve.at(32).peak_bytes == line_peak(32)
+    # Small batches move by a few samples' worth with XLA's layout choices: never drawn below the line's start.
+    assert curve.line_start() == 8 and curve.at(7) is None and curve.at(1) is None
+
+
+def test_between_more_plans_each_point_is_drawn_between_its_neighbours():
+    wobbly = {8: 10 * MIB, 32: -30 * MIB, 64: 0}  # layout choices move plans a little
+    curve = PlanCurve.of([CompiledPoint(b, plan(b).peak_bytes + w, plan(b).temp_bytes + w)
+                          for b, w in wobbly.items()], MEMORY)
+    assert curve.at(20).through == (8, 32) and curve.at(40).through == (32, 64)
+    assert curve.at(100).through == (8, 64)  # above them all: the widest line
+
+
+def test_the_line_ends_where_the_temporaries_would_reach_xlas_limit():
+    curve = curve_of(8, 32)
+    end = max(b for b in range(1, 1000) if FIXED_TEMP + PER_SAMPLE * b <= limit(STATE + INPUT * b))
+    assert curve.line_end() == end
+    assert curve.at(end + 1) is None  # near the card's memory only compiled plans count
+    assert curve_of(8, 32, end + 20).at(end + 20).source is PointSource.COMPILED
+
+
+def test_a_plan_xla_rematerialised_is_not_a_point_of_the_line():
+    """Past the limit XLA holds the temporaries just under it: such a plan lies under the line and
+    must not bend it, though its temporaries are (just) under the limit."""
+    end = curve_of(8, 32).line_end()
+    held = plan(end + 30)
+    assert held.temp_bytes <= limit(held.io_bytes)
+    curve = PlanCurve.of([plan(8), plan(32), held], MEMORY)
+    assert [p.batch for p in curve.anchors] == [8, 32]
+    assert curve.at(end - 10).peak_bytes == line_peak(end - 10)
+
+
+def test_a_first_plan_near_the_limit_waits_for_two_plans_well_inside_it():
+    end = curve_of(8, 32).line_end()
+    near = PlanCurve.of([plan(end - 2)], MEMORY)
+    assert near.anchors == () and near.at(10) is None
+    second = near.second_anchor()
+    assert second is not None and second & (second - 1) == 0 and second <= end // 2
+    both = PlanCurve.of([plan(end - 2), plan(second)], MEMORY)
+    assert len(both.anchors) == 1 and both.second_anchor() not in (None, second)
+
+
+def test_the_second_plan_is_a_power_of_two_far_from_the_first_and_well_inside_the_limit():
+    for first in (1, 4, 16, 32):
+        point = plan(first)
+        # The limit's batch, all the first plan's temporaries taken to grow with the batch.
+        limit_batch = limit(point.io_bytes) // (point.temp_bytes // first)
+        top = 1 << (limit_batch // 2).bit_length() - 1  # the largest power of two up to half of it
+        assert top >= 2 * first
+        assert PlanCurve.of([point], MEMORY).second_anchor() == top  # above: the line is drawn upwards
+    assert PlanCurve.of([plan(60)], MEMORY).second_anchor() == 8  # no room above: the smallest of 8 or more
+    assert curve_of(8, 32).second_anchor() is None
+
+
+@pytest.mark.parametrize("budget_gib, holds_until", [(13.5, 1.6), (13.5, 1.0), (9.0, 1.6), (15.5, 1.3), (0.2, 1.6)])
+def test_the_search_settles_where_a_search_over_every_batch_would(budget_gib, holds_until):
+    budget = int(budget_gib * GIB)
+
+    def needed(b):
+        return plan(b, holds_until=holds_until)
+
+    brute = max((b for b in range(1, 5000) if needed(b).peak_bytes <= budget), default=0)
+    answer, curve, compiled = search_curve(needed, budget, 32, PlanCurve.of([needed(32)], MEMORY))
+    assert answer.settled and answer.source is PointSource.COMPILED
+    assert brute - settle_width(brute) <= answer.batch <= brute
+    if answer.batch:
+        assert curve.compiled(answer.batch).peak_bytes <= budget < curve.compiled(answer.exceeds).peak_bytes
+        assert answer.exceeds - answer.batch <= settle_width(answer.batch)
+    assert len(compiled) <= 12
+    assert curve.max_batch(budget) == answer and curve.next_search_batch(budget, 32) is None
+
+
+def test_before_the_search_settles_the_answer_is_the_best_lower_bound():
+    curve = curve_of(8, 32)
+    budget = 13 * GIB
+    answer = curve.max_batch(budget)
+    end = curve.line_end()
+    assert answer.source is PointSource.DRAWN and not answer.settled and answer.batch == end
+    assert curve_of(8, 32, end + 30).max_batch(budget).batch == end + 30  # a compiled plan past the line fits
+
+
+@pytest.mark.parametrize("batch", [0, 1, 99, 199, 200, 450, 5000])
+def test_the_search_settles_exactly_below_200_and_within_one_percent_above(batch):
+    assert settle_width(batch) == (1 if batch < 200 else batch // 100)
+
+
+def test_max_batch_without_a_line_brackets_b_that_fits():
+    def needed(b):  # close to linear, with a layout wobble, as plans are
+        return 300 * MIB + 45 * MIB * b + (b % 5) * 100_000
+
+    usable = 15 * GIB
+    found = max_batch_xla(needed, usable, 3)
+    brute = max(b for b in range(1, 5000) if needed(b) <= usable)
+    assert brute - settle_width(brute) <= found.max_batch <= brute
+    assert dict(found.compiled)[found.max_batch] <= usable < dict(found.compiled)[found.exceeds]
+    assert found.compiles <= 12
+
+
+def test_a_drawn_plans_parts_sum_to_its_drawn_peak():
+    def at(batch):
+        return XlaPlan(weights_bytes=100, optimizer_state_bytes=200, input_batch_bytes=64 * batch,
+                       temporaries_bytes=1000 * batch, outputs_bytes=8, outside_step_bytes=0, target="t4")
+
+    drawn = drawn_plan(at(8), 8, at(32), 32, 20, 50_000)
+    assert drawn.input_batch_bytes == 64 * 20 and drawn.peak_bytes == 50_000
+    assert drawn.drawn_through == (8, 32) and not drawn.compiled and at(8).compiled
