@@ -89,51 +89,53 @@ def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, d
     return fig
 
 
-def curve_figure(batches, totals, capacity: int, usable: int, current: int, best: int, divisor: float, unit: str,
-                 plan_points=(), best_from_plan: bool = False) -> go.Figure:
-    """The walk's curve as the line; ``plan_points`` ((batch, bytes) of compiled XLA plans) as markers.
+def curve_figure(curve, capacity: int, usable: int, best: int, divisor: float, unit: str) -> go.Figure:
+    """The batch curve (``dashboard.views.CurveView``) against the card, on linear axes.
 
-    With plan points the current batch (and the largest batch, when ``best_from_plan``)
-    are marked on the plans, else on the walk.
+    With XLA's plan: its line (drawn through compiled plans), its compiled plans as circles,
+    and the walk in grey for comparison; with the walk alone: the walk's line. The chosen
+    batch and the largest that fits are marked on what the page shows.
     """
     fig = go.Figure()
-    fig.add_scatter(x=list(batches), y=[t / divisor for t in totals], mode="lines",
-                    name=tr("graph-executor walk (jit_compile=False)"),
-                    hovertemplate=tr("batch {batch}: {memory}", batch="%{x}", memory=f"%{{y:.2f}} {unit}")
-                    + "<extra></extra>")
-    lines = [(capacity / divisor, "dash", NEUTRAL, tr("GPU memory"), "top left")]
-    if usable != capacity:
-        lines.append((usable / divisor, "dot", NEUTRAL, tr("with safety margin"), "bottom right"))
-    _hlines(fig, lines)
-    lookup = dict(zip(batches, totals))
-    plans = dict(plan_points)
-    if plans:
-        fig.add_scatter(x=list(plans), y=[t / divisor for t in plans.values()], mode="markers",
+    xla = bool(curve.drawn or curve.compiled)
+    hover = tr("batch {batch}: {memory}", batch="%{x}", memory=f"%{{y:.2f}} {unit}") + "<extra></extra>"
+    if curve.walk:
+        fig.add_scatter(x=[b for b, _ in curve.walk], y=[t / divisor for _, t in curve.walk], mode="lines",
+                        name=tr("graph-executor walk (jit_compile=False)"), hovertemplate=hover,
+                        line=dict(color=NEUTRAL, dash="dot") if xla else None)
+    if curve.drawn:
+        fig.add_scatter(x=[b for b, _ in curve.drawn], y=[t / divisor for _, t in curve.drawn], mode="lines",
+                        name=tr("XLA plan, drawn between compiled plans"), line=dict(color=PLAN_COLOR, width=3),
+                        hovertemplate=tr("XLA plan (drawn), batch {batch}: {memory}", batch="%{x}",
+                                         memory=f"%{{y:.2f}} {unit}") + "<extra></extra>")
+    if curve.compiled:
+        fig.add_scatter(x=[b for b, _ in curve.compiled], y=[t / divisor for _, t in curve.compiled], mode="markers",
                         name=tr("XLA plan (compiled)"), marker=dict(size=9, symbol="circle-open", color=PLAN_COLOR,
                                                                     line=dict(width=2)),
                         hovertemplate=tr("XLA plan, batch {batch}: {memory}", batch="%{x}",
                                          memory=f"%{{y:.2f}} {unit}") + "<extra></extra>")
-        lookup_best = plans if best_from_plan else lookup
-        lookup = {**lookup, **plans}
-    else:
-        lookup_best = lookup
-    if current in lookup:
-        fig.add_scatter(x=[current], y=[lookup[current] / divisor], mode="markers",
-                        name=tr("batch {batch}", batch=current),
+    lines = [(capacity / divisor, "dash", NEUTRAL, tr("GPU memory"), "top left")]
+    if usable != capacity:
+        lines.append((usable / divisor, "dot", NEUTRAL, tr("with safety margin"), "bottom right"))
+    _hlines(fig, lines)
+    if curve.current is not None:
+        batch, nbytes = curve.current
+        fig.add_scatter(x=[batch], y=[nbytes / divisor], mode="markers", name=tr("batch {batch}", batch=batch),
                         marker=dict(size=12, color="#E45756"))
-    if best and best in lookup_best:
-        fig.add_scatter(x=[best], y=[lookup_best[best] / divisor], mode="markers",
+    if curve.best is not None and best:
+        batch, nbytes = curve.best
+        fig.add_scatter(x=[batch], y=[nbytes / divisor], mode="markers",
                         name=tr("largest that fits: {batch}", batch=best),
                         marker=dict(size=12, symbol="diamond", color="#54A24B"))
-    # The curve grows to thousands of samples; the part that matters is where it meets
-    # the card, so the y axis ends a little above the card (or the current batch).
-    shown_top = max(1.3 * capacity, 1.1 * lookup.get(current, 0)) / divisor
-    # The legend goes below the plot, where it cannot cover the markers it names.
+    # The part that matters is where the curve meets the card: the y axis ends a little above
+    # the card (or the chosen batch), the x axis a third past the batches it must show.
+    shown_top = max(1.3 * capacity, 1.1 * (curve.current[1] if curve.current else 0)) / divisor
     fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=460, margin=dict(t=30, b=30),
                       yaxis_range=[0, shown_top],
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top",
                                   bgcolor="rgba(0,0,0,0)"))
-    fig.update_xaxes(type="log")
+    if curve.x_max:
+        fig.update_xaxes(range=[0, curve.x_max])
     return fig
 
 

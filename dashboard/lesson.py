@@ -44,7 +44,7 @@ class FormulaNumbers:
     cs231n_mb: float
     cs231n_bytes: int
     rule_max_batch: int
-    engine_max_batch: int  # global, with the safety margin: the Estimator's answer
+    engine_max_batch: int  # global, with the safety margin: the walk's (the step this page teaches)
     measured: Measurement | None
     label_elements: int  # per sample
 
@@ -82,8 +82,8 @@ class FormulaNumbers:
 
 def formula_numbers(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset, measured: Measurement | None,
                     fit: GpuFit, largest_batch: int) -> FormulaNumbers:
-    """``fit``: the walk's fit on ``gpu`` (``views.fit_of``); ``largest_batch``: the Estimator's answer
-    (``dashboard.xla_step.largest_batch``)."""
+    """``fit``: the walk's fit on ``gpu`` (``views.fit_of``); ``largest_batch``: the walk's largest batch,
+    the step this page teaches (the Estimator's answer for the graph-executor step)."""
     from calc import classic
     from calc.estimate import kernel_bytes_at, waits_for_all_gradients
     from calc.facts.optimizers import EARLY_TEMPORARIES_ALIVE, branch_temporaries, slots_per_variable
@@ -309,6 +309,10 @@ def no_measurement_caption(inputs: Inputs) -> str:
 
 
 def largest_markdown(n: FormulaNumbers, inputs: Inputs, gpu_name: str) -> str:
+    if inputs.step == "xla":
+        return tr("**Largest batch that fits {gpu} by this formula** (the graph executor's step, global, with the "
+                  "{margin}% safety margin): **{batch:,}**. The XLA step's own is in the box at the top.",
+                  gpu=gpu_name, margin=inputs.margin, batch=n.engine_max_batch)
     return tr("**Largest batch that fits {gpu}** (global, with the {margin}% safety margin, as on the Estimator): "
               "**{batch:,}**.", gpu=gpu_name, margin=inputs.margin, batch=n.engine_max_batch)
 

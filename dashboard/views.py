@@ -18,7 +18,6 @@ from calc import caveats
 from calc.gpus import GpuPreset
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
-from calc.xla import XlaPlan
 from dashboard.figures import LABELS, bar_parts
 from dashboard.i18n import tr
 from dashboard.plain import plain
@@ -133,6 +132,11 @@ def layer_rows(profile: ModelProfile, inputs: Inputs) -> list[LayerRow]:
     ]
 
 
+def walk_peak_bytes(profile: ModelProfile, inputs: Inputs) -> int:
+    """The walk's peak for one device's batch."""
+    return estimate_memory(profile, config_of(inputs)).peak_bytes
+
+
 def timeline(profile: ModelProfile, inputs: Inputs) -> list[tuple[str, int]]:
     return step_timeline(profile, config_of(inputs))
 
@@ -174,10 +178,23 @@ def remat_mode(inputs: Inputs) -> str:
 
 
 @dataclass(frozen=True)
+class CurveView:
+    """The batch curve as the Estimator draws it: (global batch, bytes on the card) pairs, the
+    framework overhead included, each series saying what it is."""
+
+    walk: tuple[tuple[int, int], ...]  # the graph-executor walk
+    drawn: tuple[tuple[int, int], ...] = ()  # XLA: on the line through compiled plans
+    compiled: tuple[tuple[int, int], ...] = ()  # XLA: plans compiled at these very batches
+    current: tuple[int, int] | None = None  # the chosen batch, on whatever the page shows
+    best: tuple[int, int] | None = None  # the largest batch that fits, where its bytes are known
+    x_max: int = 0  # where the x axis ends (0: the walk's whole range)
+
+
+@dataclass(frozen=True)
 class ShownStep:
     """The numbers the Estimator shows: of the walk, or of XLA's plan where one is known."""
 
-    step: str  # "graph": the graph-executor walk; "xla": XLA's compiled plan
+    step: str  # "graph": the graph-executor walk; "xla": XLA's plan (compiled or drawn)
     peak_label: str
     components: dict[str, int]  # sum to peak_bytes
     peak_bytes: int
@@ -186,10 +203,14 @@ class ShownStep:
     usable_bytes: int
     max_batch: int  # global
     max_batch_label: str
-    # (global batch, plan peak + overhead) of every plan known for this model and setup.
-    plan_points: tuple[tuple[int, int], ...] = ()
-    max_batch_from_plan: bool = False
+    margin_fraction: float  # the share of the card the verdict keeps free
+    curve: CurveView
+    # False while the walk stands in for XLA's plan, which is being compiled: the verdict may change.
+    final: bool = True
     remat_saving_bytes: int | None = None  # the plan without remat less the plan with it
+    # While the walk stands in: (global batch, needed bytes) of the compiled plan that decides the
+    # verdict already (a batch as large that fits, or one as small that does not), else None.
+    decided_by: tuple[int, int] | None = None
 
     @property
     def needed_bytes(self) -> int:
@@ -197,6 +218,8 @@ class ShownStep:
 
     @property
     def fits(self) -> bool:
+        if self.decided_by is not None:
+            return self.decided_by[1] <= self.usable_bytes
         return self.needed_bytes <= self.usable_bytes
 
     @property
@@ -204,43 +227,37 @@ class ShownStep:
         return (self.usable_bytes - self.needed_bytes) / self.usable_bytes
 
 
-def shown_walk(view: EstimateView) -> ShownStep:
-    """The walk's numbers (the graph executor chosen, or no plan known)."""
+def walk_curve(view: EstimateView, inputs: Inputs, x_max: int = 0) -> tuple[tuple[int, int], ...]:
+    """The walk's curve, up to ``x_max`` (global batches) when one is given."""
+    return tuple((b, t) for b, t in zip(view.curve_batches, view.curve_bytes) if not x_max or b <= x_max)
+
+
+def shown_walk(view: EstimateView, inputs: Inputs, *, standing_in: bool = False) -> ShownStep:
+    """The walk's numbers: the graph executor chosen, XLA's plan not applicable, or (``standing_in``)
+    while XLA's first plan of this configuration compiles."""
+    lookup = dict(zip(view.curve_batches, view.curve_bytes))
+    top = x_axis_end(inputs.batch_size, view.max_batch)
+    curve = CurveView(walk=walk_curve(view, inputs, top),
+                      current=(inputs.batch_size, lookup[inputs.batch_size]) if inputs.batch_size in lookup else None,
+                      best=(view.max_batch, lookup[view.max_batch]) if view.max_batch in lookup else None, x_max=top)
+    label = (tr("Largest batch that fits (graph-executor walk, until XLA's plans are compiled)") if standing_in
+             else tr("Largest batch that fits (graph-executor walk)"))
     return ShownStep(
         step="graph", peak_label=tr("Predicted peak (graph executor)"), components=view.breakdown.components(),
         peak_bytes=view.breakdown.peak_bytes, overhead_bytes=view.overhead_bytes, capacity_bytes=view.capacity_bytes,
-        usable_bytes=view.usable_bytes, max_batch=view.max_batch,
-        max_batch_label=tr("Largest batch that fits (graph-executor walk)"),
+        usable_bytes=view.usable_bytes, max_batch=view.max_batch, max_batch_label=label,
+        margin_fraction=inputs.margin / 100, curve=curve, final=not standing_in,
     )
+
+
+def x_axis_end(*batches: int) -> int:
+    """The curve's x axis ends a third past the largest batch it must show, where a line looks like a line."""
+    return max(16, round(1.3 * max(batches)))
 
 
 def plan_budget_bytes(view: EstimateView) -> int:
-    """What one device's plan may take: the usable memory less the framework overhead."""
+    """What one device's plan may take under the walk's margin: the usable memory less the framework overhead."""
     return view.usable_bytes - view.overhead_bytes
-
-
-def shown_plan(view: EstimateView, inputs: Inputs, plan: XlaPlan, *, plan_peaks: dict[int, int],
-               max_batch: int | None, base_peak_bytes: int | None) -> ShownStep:
-    """XLA's plan in place of the walk: needed = plan peak + overhead, against memory x (1 - margin).
-
-    ``plan_peaks``: one-device batch -> plan peak of every plan known (the current one too);
-    ``max_batch``: one-device batch from a search over compiled plans, or None (then the walk's
-    answer is shown, labelled as the walk's); ``base_peak_bytes``: the plan without remat.
-    """
-    gpus = inputs.num_gpus
-    remat = remat_mode(inputs)
-    label = tr("Planned peak (XLA, remat {mode})", mode=remat) if remat else tr("Planned peak (XLA)")
-    from_plan = max_batch is not None
-    return ShownStep(
-        step="xla", peak_label=label, components=plan.components(), peak_bytes=plan.peak_bytes,
-        overhead_bytes=view.overhead_bytes, capacity_bytes=view.capacity_bytes, usable_bytes=view.usable_bytes,
-        max_batch=max_batch * gpus if from_plan else view.max_batch,
-        max_batch_label=(tr("Largest batch that fits (XLA plans, compiled)") if from_plan
-                         else tr("Largest batch that fits (graph-executor walk)")),
-        plan_points=tuple((b * gpus, p + view.overhead_bytes) for b, p in sorted(plan_peaks.items())),
-        max_batch_from_plan=from_plan,
-        remat_saving_bytes=None if base_peak_bytes is None or not remat else base_peak_bytes - plan.peak_bytes,
-    )
 
 
 def remat_delta(shown: ShownStep, inputs: Inputs) -> str | None:
@@ -262,12 +279,17 @@ def remat_line(shown: ShownStep, inputs: Inputs) -> str | None:
 
 
 def curve_caption(shown: ShownStep) -> str:
-    if shown.step == "xla":
-        return tr("The line is the graph-executor walk (jit_compile=False): its peak at each drawn batch size, plus "
-                  "the framework overhead. The markers are XLA plans already compiled for this model and setup "
-                  "({plans} batch sizes: this one, any cached, and those of a largest-batch search), plus the "
-                  "overhead; XLA is not drawn between them, each point being one compile.",
-                  plans=len(shown.plan_points))
+    if shown.curve.compiled:
+        return tr("XLA's plan, plus the framework overhead: circles are plans compiled at that batch ({compiled} "
+                  "so far); the line is drawn through them where XLA keeps every activation (a straight line in "
+                  "the batch) and stops where XLA's temporaries would reach its rematerialisation limit (80 % of "
+                  "the card x 95 %, less the state): past it XLA recomputes activations to fit, and only compiled "
+                  "plans count. The grey line is the graph-executor walk (jit_compile=False), for comparison{pending}.",
+                  compiled=len(shown.curve.compiled),
+                  pending="" if shown.final else tr("; the red point is the walk's, until this batch's plan is compiled"))
+    if not shown.final:
+        return tr("The graph-executor walk (jit_compile=False), plus the framework overhead, while XLA's first plans "
+                  "of this configuration compile.")
     return tr("The line is the graph-executor walk (jit_compile=False): its peak at each drawn batch size, plus the "
               "framework overhead.")
 
@@ -276,9 +298,24 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
     """Fits or not, from the peak to what the card must hold: peak + framework overhead against the
     usable memory (the card less the safety margin); with several GPUs, each GPU's share."""
     peak = view.needed_bytes - view.overhead_bytes
+    margin = round(100 * view.margin_fraction, 1) if isinstance(view, ShownStep) else inputs.margin
     values = dict(peak=fmt(peak, inputs), overhead=fmt(view.overhead_bytes, inputs),
                   needed=fmt(view.needed_bytes, inputs), usable=fmt(view.usable_bytes, inputs),
-                  margin=inputs.margin, gpus=inputs.num_gpus, per=config_of(inputs).per_replica_batch)
+                  margin=f"{margin:g}", gpus=inputs.num_gpus, per=config_of(inputs).per_replica_batch)
+    if isinstance(view, ShownStep) and not view.final and view.decided_by is not None:
+        batch, needed = view.decided_by
+        if view.fits:
+            return tr("Fits: XLA's plan at batch {other}, compiled, needs {needed} with the framework overhead, of "
+                      "{usable} usable after the {margin}% margin, and a smaller batch never needs more (this "
+                      "batch's own plan is not compiled yet).", other=batch, **{**values, "needed": fmt(needed, inputs)})
+        return tr("Does not fit: XLA's plan at batch {other}, compiled, already needs {needed} with the framework "
+                  "overhead, more than the {usable} usable after the {margin}% margin, and a larger batch never "
+                  "needs less.", other=batch, **{**values, "needed": fmt(needed, inputs)})
+    if isinstance(view, ShownStep) and not view.final:
+        return tr("XLA's plan of this batch is not known yet. Meanwhile the graph-executor walk (jit_compile=False) says "
+                  "{needed} needed ({peak} + {overhead} framework overhead) of {usable} usable: XLA's step was a "
+                  "median {median:.0%} away from the walk on measured steps, so no verdict until the plan is "
+                  "compiled.", median=walk_xla_median(), **values)
     if inputs.num_gpus > 1:
         if view.fits:
             return tr("Fits: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} framework "
@@ -294,6 +331,16 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
     return tr("Does not fit: the peak {peak} + {overhead} framework overhead (CUDA context, libraries) = {needed}, "
               "{more} more than the {usable} usable after the {margin}% margin.",
               more=fmt(view.needed_bytes - view.usable_bytes, inputs), **values)
+
+
+def walk_xla_median() -> float:
+    """How far the walk was from TensorFlow's XLA step on the measured H100 steps: the median error."""
+    from calc.validation import GPU_TF_XLA_REPORT, load_report
+
+    try:
+        return float(load_report(GPU_TF_XLA_REPORT)["summary"]["median_abs_error"])
+    except (OSError, ValueError, KeyError):
+        return float("nan")
 
 
 def per_gpu_caption(inputs: Inputs) -> str:

@@ -1,36 +1,47 @@
-"""XLA compiles in the background: one worker thread for the server, jobs keyed by what they compute.
+"""XLA compiles in the background, scheduled for the visitors waiting for them.
 
-A plan takes 15-120 s to compile (``calc.xla``), so no page waits for one. A page asks
-for the plans it wants; identical requests share one job (single flight), a session holds at
-most ``MAX_PER_SESSION`` unfinished jobs, and jobs nobody wants any more are dropped before
-they start. ``calc.xla`` already allows one compile per machine at a time; a single
-worker here keeps the queue, and each job's place in it, visible to the page.
+A plan takes 10-60 s to compile here (``calc.xla``), so no page waits for one. A page says
+what it wants for the configuration it shows (``Want``): the plan at its batch, a second
+plan for the curve's line, the search for the largest batch. Each want names one compile at
+a time, read from the configuration's curve (``calc.xla.PlanCurve``), so a search is as many
+compiles as it takes, each shared by every visitor who wants it, and a finished plan is on
+disk for every visitor and every restart.
+
+What a session wants lives while the session keeps asking (``Scheduler.ask``, which the
+page's progress fragment repeats every second): a session that goes away stops asking, its
+wants lapse after ``LEASE_S``, and a compile nobody wants any more is dropped, or stopped if
+it runs. Compiles run in ``compile_workers()`` worker processes that keep the model built
+(``calc.workers.plans.PlanWorker``) at a lower CPU priority than the pages, the most urgent
+first: a batch with no XLA number at all, then a curve's second plan, then searches, then
+plans that refine a drawn point.
 
 ``CALC_XLA_COMPILES=off`` (hosting operators, tests) turns compiling off: pages then show
-only shipped or cached plans. Nothing here imports Streamlit. The one-line refusals are in the
-asking session's language (``dashboard.i18n``); a job's error, made in the worker thread and
-shared by every session that waits for it, stays in English.
+only shipped or cached plans. Nothing here imports Streamlit.
 """
 
 from __future__ import annotations
 
-import functools
+import atexit
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Hashable
+from enum import IntEnum
+from typing import Any, Callable
 
 from calc import xla
 from calc.catalogue import ModelSpec
 from calc.types import TrainingConfig
-from dashboard.i18n import tr
+from calc.workers.plans import PlanCancelled, PlanWorker
+from calc.xla import PlanCurve
+from calc.xla.compute import compile_request
 
 COMPILES_ENV = "CALC_XLA_COMPILES"
-MAX_PER_SESSION = 2
-KEEP_FINISHED = 256  # finished jobs remembered (their errors; plans are also in the disk cache)
-RETRY_AFTER_S = 300.0  # a failed job is tried again when asked for after this long (another compile held the machine)
+WORKERS_ENV = "CALC_XLA_WORKERS"
+LEASE_S = 12.0  # a want lapses this long after its session last asked for it
+FAILURE_KEPT_S = 1800.0  # a compile that failed is not tried again for this long
+MAX_CONFIGS = 12  # configurations with pending compiles, server-wide; past it a new one is refused
+FIRST_ESTIMATE_S = (45.0, 15.0)  # a compile's seconds (new model, kept model) until this host has timed its own
 
 
 def compiles_enabled() -> bool:
@@ -38,181 +49,352 @@ def compiles_enabled() -> bool:
     return os.environ.get(COMPILES_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
 
 
-def one_device(config: TrainingConfig, batch: int | None = None) -> TrainingConfig:
-    """The config XLA compiles: one device's batch (``calc.xla.cache.plan_request`` does the same)."""
-    return replace(config, batch_size=batch or config.per_replica_batch, num_gpus=1)
+def compile_workers() -> int:
+    """How many compiles run at once: ``CALC_XLA_WORKERS``, else one per four cores (one on a small host).
+
+    A compile keeps about one core busy and holds 1-3 GiB (``CALC_COMPILE_GIB`` is its budget).
+    """
+    try:
+        value = int(os.environ.get(WORKERS_ENV, "0"))
+    except ValueError:
+        value = 0
+    return max(1, min(8, value if value > 0 else (os.cpu_count() or 1) // 4))
 
 
-def plan_key(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str) -> tuple:
-    """One plan: the model, one device's step, the card, the remat mode ("" for none)."""
-    return ("plan", spec, one_device(config), gpu_key, remat)
+@dataclass(frozen=True)
+class Setup:
+    """One configuration on one card, at any batch: the curve a page reads, the compiles a want names."""
+
+    spec: ModelSpec
+    config: TrainingConfig  # one device's, at batch 1
+    gpu_key: str
+    remat: str = ""
+
+    @classmethod
+    def of(cls, spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> Setup:
+        return cls(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
+
+    def known(self) -> xla.KnownPlans:
+        """Every plan known at any batch (shipped or on disk); never compiles."""
+        return xla.known_plans(self.spec, self.config, self.gpu_key, self.remat)
+
+    def curve(self) -> PlanCurve:
+        return self.known().curve
 
 
-def max_batch_key(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str, plan_budget_bytes: int) -> tuple:
-    """One largest-batch search: everything but the batch, and the bytes a plan may take."""
-    return ("max_batch", spec, one_device(config, 1), gpu_key, remat, plan_budget_bytes)
+class Kind(IntEnum):
+    """What a want is for, in the order compiles are run."""
+
+    PLAN = 0  # the page's batch, which has no XLA number yet
+    ANCHOR = 1  # a second plan, for the curve's line
+    SEARCH = 2  # the search for the largest batch
+    REFINE = 3  # the page's batch, drawn on the line: its own plan replaces the drawn point
 
 
-@dataclass(eq=False)
-class Job:
-    """One background computation; times are ``time.time()`` seconds."""
+@dataclass(frozen=True)
+class Want:
+    """One thing a page waits for; ``next_batch`` is the compile it needs now."""
 
-    key: Hashable
-    label: str  # what the page says it is doing: "ResNet50 224x224, batch 32 for NVIDIA T4"
-    submitted_s: float
-    sessions: set[str] = field(default_factory=set)
-    started_s: float | None = None
-    finished_s: float | None = None
-    result: Any = None
-    error: str | None = None  # one line
-    future: Future | None = None
+    setup: Setup
+    kind: Kind
+    batch: int = 0  # PLAN, REFINE
+    budget_bytes: int = 0  # SEARCH: what the plan may take
+    start: int = 1  # SEARCH: the first batch tried when the curve knows nothing
 
-    @property
-    def done(self) -> bool:
-        return self.finished_s is not None
-
-    @property
-    def running(self) -> bool:
-        return self.started_s is not None and not self.done
-
-    def elapsed_s(self, now: float | None = None) -> float:
-        """Seconds since it started (0 while queued), or how long it ran."""
-        if self.started_s is None:
-            return 0.0
-        return (self.finished_s or now or time.time()) - self.started_s
+    def next_batch(self, curve: PlanCurve) -> int | None:
+        if self.kind in (Kind.PLAN, Kind.REFINE):
+            return None if curve.compiled(self.batch) is not None else self.batch
+        if self.kind is Kind.ANCHOR:
+            return curve.second_anchor()
+        answer = curve.max_batch(self.budget_bytes)
+        if answer is not None and answer.settled:
+            return None
+        # A search starts from the line, which needs a second plan well inside the card's memory.
+        return curve.second_anchor() or curve.next_search_batch(self.budget_bytes, self.start)
 
 
-class JobRegistry:
-    """Background jobs run one at a time, in the order submitted."""
+@dataclass(frozen=True)
+class Progress:
+    """Where a want stands, for the page."""
 
-    def __init__(self, max_per_session: int = MAX_PER_SESSION, keep_finished: int = KEEP_FINISHED):
-        self.max_per_session = max_per_session
-        self.keep_finished = keep_finished
-        self._lock = threading.Lock()
-        self._jobs: dict[Hashable, Job] = {}  # in submission order
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xla-plan")
+    state: str  # "done", "queued", "running", "failed", "refused", "off"
+    batch: int | None = None  # the compile it waits for
+    seconds: float = 0.0  # how long that compile has run
+    ahead: int = 0  # compiles to run before it
+    eta_s: float = 0.0  # about when it ends, from this host's compile times
+    step: int = 0  # SEARCH: this compile's number in the search
+    steps: int = 0  # SEARCH: about how many the search takes in all
+    message: str = ""  # failed, refused: one line
 
-    def get(self, key: Hashable) -> Job | None:
-        with self._lock:
-            return self._jobs.get(key)
 
-    def submit(self, key: Hashable, work: Callable[[], Any], label: str, session: str) -> Job | str:
-        """The job for ``key`` (an existing one is shared), or a one-line reason it was not queued."""
-        with self._lock:
-            job = self._jobs.get(key)
-            if job is not None and job.error and time.time() - (job.finished_s or 0) > RETRY_AFTER_S:
-                del self._jobs[key]
-                job = None
-            if job is not None:
-                job.sessions.add(session)
-                return job
-            mine = sum(1 for j in self._jobs.values() if session in j.sessions and not j.done)
-            if mine >= self.max_per_session:
-                return tr("waiting: this session already has {count} compiles queued or running (at most {most})",
-                          count=mine, most=self.max_per_session)
-            job = Job(key, label, time.time(), {session})
-            self._jobs[key] = job
-            job.future = self._pool.submit(self._run, job, work)
-            return job
+@dataclass
+class _Running:
+    task: tuple[Setup, int]
+    worker: PlanWorker
+    started_s: float
 
-    def place(self, job: Job) -> int:
-        """0 while running; else how many unfinished jobs are ahead of it (the running one included)."""
-        with self._lock:
-            if job.running or job.done:
-                return 0
-            ahead = 0
-            for other in self._jobs.values():
-                if other is job:
-                    break
-                ahead += not other.done
-            return ahead
 
-    def release(self, session: str, wanted: set[Hashable]) -> None:
-        """The session no longer waits for its jobs outside ``wanted``; those nobody waits for and
-        not yet started are dropped (a running compile cannot be stopped halfway usefully)."""
-        with self._lock:
-            for key, job in list(self._jobs.items()):
-                if session not in job.sessions or key in wanted or job.done:
-                    continue
-                job.sessions.discard(session)
-                if not job.sessions and job.started_s is None and job.future is not None and job.future.cancel():
-                    del self._jobs[key]
+@dataclass
+class _Session:
+    wants: tuple[Want, ...] = ()
+    expires_s: float = 0.0
+    since_s: dict[Want, float] = field(default_factory=dict)  # when each want was first asked
 
-    def unfinished(self) -> int:
-        with self._lock:
-            return sum(1 for j in self._jobs.values() if not j.done)
+
+class Scheduler:
+    """The server's compile queue: workers, the sessions' wants, and what each compile is for.
+
+    Args:
+        workers: compiles at once (``compile_workers()``).
+        worker: makes one worker (``PlanWorker``: ``compile(request)``, ``cancel()``, ``close()``); tests fake it.
+        lease_s: how long a session's wants live without being asked again.
+        max_configs: configurations with pending compiles at once; a further one waits for a place.
+    """
+
+    def __init__(self, workers: int | None = None, *, worker: Callable[[], Any] = PlanWorker,
+                 lease_s: float = LEASE_S, max_configs: int = MAX_CONFIGS) -> None:
+        self.lease_s = lease_s
+        self.max_configs = max_configs
+        self._cond = threading.Condition()
+        self._sessions: dict[str, _Session] = {}
+        self._running: dict[tuple[Setup, int], _Running] = {}
+        self._failed: dict[tuple[Setup, int], tuple[str, float]] = {}
+        self._searched: dict[tuple[Setup, int], int] = {}  # (setup, budget) -> search compiles finished
+        self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
+        self._times: dict[bool, list[float]] = {True: [], False: []}  # seconds of compiles: kept model, new model
+        self._count = workers or compile_workers()
+        self._idle = [worker() for _ in range(self._count)]
+        self._warm: dict[int, Setup | None] = {}  # id(worker) -> the configuration whose model it holds
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+        self.compiled = 0  # compiles finished, for tests and the benchmark
+
+    # --- what pages call -------------------------------------------------------------------
+
+    def ask(self, session: str, wants: list[Want] | tuple[Want, ...]) -> dict[Want, Progress]:
+        """Replaces what ``session`` wants, renews its lease, and says where each want stands."""
+        now = time.monotonic()
+        with self._cond:
+            held = self._sessions.setdefault(session, _Session())
+            held.since_s = {w: held.since_s.get(w, now) for w in wants}
+            held.wants, held.expires_s = tuple(wants), now + self.lease_s
+            progress = self._progress(session, now)
+            self._start_threads()
+            self._cond.notify_all()
+        return progress
+
+    def leave(self, session: str) -> None:
+        """The session wants nothing any more (it is closing)."""
+        with self._cond:
+            self._sessions.pop(session, None)
+            self._cond.notify_all()
+
+    def version(self, setup: Setup) -> int:
+        """Grows by one each time one of ``setup``'s compiles ends: a page redraws when it changes."""
+        with self._cond:
+            return self._versions.get(setup, 0)
+
+    def pending(self) -> int:
+        """Compiles running or wanted, server-wide."""
+        with self._cond:
+            return len(self._tasks(time.monotonic())) + len(self._running)
 
     def clear(self) -> None:
-        """Forgets every job (tests); queued ones are cancelled, a running one finishes unseen."""
-        with self._lock:
-            for job in self._jobs.values():
-                if job.future is not None:
-                    job.future.cancel()
-            self._jobs.clear()
+        """Forgets every session and failure and stops running compiles (tests)."""
+        with self._cond:
+            self._sessions.clear()
+            self._failed.clear()
+            self._searched.clear()
+            for run in self._running.values():
+                run.worker.cancel()
+            self._cond.notify_all()
 
-    def _run(self, job: Job, work: Callable[[], Any]) -> None:
-        job.started_s = time.time()
+    def shutdown(self) -> None:
+        """Stops every compile and worker process (the server is ending)."""
+        with self._cond:
+            self._stopped = True
+            self._sessions.clear()
+            workers = self._idle + [r.worker for r in self._running.values()]
+            self._cond.notify_all()
+        for worker in workers:
+            worker.close()
+
+    # --- the queue ---------------------------------------------------------------------------
+
+    def _live(self, now: float) -> list[tuple[str, _Session]]:
+        for session in [s for s, held in self._sessions.items() if held.expires_s < now]:
+            del self._sessions[session]
+        return list(self._sessions.items())
+
+    def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[int, float, Want]]:
+        """Every compile some live want needs now and that is not running or failed:
+        task -> (kind, since, one want behind it); admitted configurations only."""
+        tasks: dict[tuple[Setup, int], tuple[int, float, Want]] = {}
+        curves: dict[Setup, PlanCurve] = {}
+        for _, held in sorted(self._live(now), key=lambda item: min(item[1].since_s.values(), default=now)):
+            for want in held.wants:
+                if want.setup not in curves:
+                    if not self._admitted(want.setup, curves):
+                        continue
+                    curves[want.setup] = want.setup.curve()
+                batch = want.next_batch(curves[want.setup])
+                if batch is None:
+                    continue
+                task = (want.setup, batch)
+                if task in self._running or self._failure(task, now) is not None:
+                    continue
+                rank = (int(want.kind), held.since_s[want])
+                if task not in tasks or rank < tasks[task][:2]:
+                    tasks[task] = (*rank, want)
+        return tasks
+
+    def _admitted(self, setup: Setup, seen: dict[Setup, PlanCurve]) -> bool:
+        """Past ``max_configs`` configurations with pending compiles, a new one waits for a place."""
+        busy = set(seen) | {s for s, _ in self._running}
+        return setup in busy or len(busy) < self.max_configs
+
+    def _failure(self, task: tuple[Setup, int], now: float) -> str | None:
+        failed = self._failed.get(task)
+        if failed is None:
+            return None
+        if now - failed[1] > FAILURE_KEPT_S:
+            del self._failed[task]
+            return None
+        return failed[0]
+
+    def _start_threads(self) -> None:
+        if not self._threads and compiles_enabled() and not self._stopped:
+            self._threads = [threading.Thread(target=self._loop, name=f"xla-compile-{i}", daemon=True)
+                             for i in range(self._count)]
+            self._threads.append(threading.Thread(target=self._watch, name="xla-watch", daemon=True))
+            for thread in self._threads:
+                thread.start()
+
+    def _watch(self) -> None:
+        """Every half second: lets wants lapse, and stops the compiles nobody wants any more
+        (the workers are busy compiling, so they cannot see it themselves)."""
+        with self._cond:
+            while not self._stopped:
+                self._drop_unwanted(time.monotonic())
+                self._cond.wait(0.5)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                picked = None
+                while not self._stopped and picked is None:
+                    now = time.monotonic()
+                    if self._idle and compiles_enabled() and (tasks := self._tasks(now)):
+                        task = min(tasks, key=lambda t: tasks[t][:2])
+                        # A worker that holds this configuration's model compiles it in half the time.
+                        worker = next((w for w in self._idle if self._warm.get(id(w)) == task[0]), self._idle[0])
+                        self._idle.remove(worker)
+                        self._running[task] = _Running(task, worker, time.time())
+                        picked = (task, worker, tasks[task][2])
+                    else:
+                        self._cond.wait(1.0)
+                if picked is None:
+                    return
+            self._run(*picked)
+
+    def _drop_unwanted(self, now: float) -> None:
+        """Stops running compiles that no live want needs any more."""
+        if not self._running:
+            return
+        wanted: set[tuple[Setup, int]] = set()
+        curves: dict[Setup, PlanCurve] = {}
+        for _, held in self._live(now):
+            for want in held.wants:
+                curve = curves.setdefault(want.setup, want.setup.curve())
+                if (batch := want.next_batch(curve)) is not None:
+                    wanted.add((want.setup, batch))
+        for task, run in self._running.items():
+            if task not in wanted:
+                run.worker.cancel()
+
+    def _run(self, task: tuple[Setup, int], worker: PlanWorker, want: Want) -> None:
+        setup, batch = task
+        started = time.monotonic()
+        warm = self._warm.get(id(worker)) == setup
+        error, finished = None, False
         try:
-            job.result = work()
+            request, key = xla.family_request(setup.spec, replace(setup.config, batch_size=batch), setup.gpu_key,
+                                              setup.remat)
+            compile_request(request, key, runner=worker.compile, exclusive=False)
+            finished = True
+        except PlanCancelled:
+            pass
         except xla.PlanError as exc:
-            job.error = str(exc)
+            error = str(exc)
         except Exception as exc:  # noqa: BLE001 - the page shows one line, never a traceback
-            job.error = f"the compile failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-        finally:
-            job.finished_s = time.time()
-            self._forget_old()
+            error = f"the compile failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        with self._cond:
+            del self._running[task]
+            self._idle.append(worker)
+            self._warm[id(worker)] = setup if finished else None
+            if error is not None:
+                self._failed[task] = (error, time.monotonic())
+            if finished:
+                self.compiled += 1
+                times = self._times[warm]
+                times.append(time.monotonic() - started)
+                del times[:-20]
+                if want.kind is Kind.SEARCH:
+                    search = (setup, want.budget_bytes)
+                    self._searched[search] = self._searched.get(search, 0) + 1
+            self._versions[setup] = self._versions.get(setup, 0) + 1
+            self._cond.notify_all()
 
-    def _forget_old(self) -> None:
-        with self._lock:
-            finished = [k for k, j in self._jobs.items() if j.done]
-            for key in finished[: max(0, len(finished) - self.keep_finished)]:
-                del self._jobs[key]
+    # --- where each want stands ---------------------------------------------------------------
+
+    def estimate_s(self, warm: bool) -> float:
+        """A compile's seconds on this host: the median of the last ones timed, or a first guess."""
+        times = sorted(self._times[warm])
+        return times[len(times) // 2] if times else FIRST_ESTIMATE_S[0 if not warm else 1]
+
+    def _progress(self, session: str, now: float) -> dict[Want, Progress]:
+        held = self._sessions[session]
+        tasks = self._tasks(now)
+        order = sorted(tasks, key=lambda t: tasks[t][:2])
+        running_left = [max(0.0, self.estimate_s(False) - (time.time() - r.started_s)) for r in self._running.values()]
+        progress: dict[Want, Progress] = {}
+        for want in held.wants:
+            curve = want.setup.curve()
+            batch = want.next_batch(curve)
+            steps = {}
+            if want.kind is Kind.SEARCH:
+                done = self._searched.get((want.setup, want.budget_bytes), 0)
+                steps = dict(step=done + 1, steps=done + max(1, curve.search_left(want.budget_bytes)))
+            if batch is None:
+                progress[want] = Progress("done")
+            elif not compiles_enabled():
+                progress[want] = Progress("off", batch)
+            elif (failure := self._failure((want.setup, batch), now)) is not None:
+                progress[want] = Progress("failed", batch, message=failure)
+            elif (run := self._running.get((want.setup, batch))) is not None:
+                progress[want] = Progress("running", batch, time.time() - run.started_s,
+                                          eta_s=max(0.0, self.estimate_s(False) - (time.time() - run.started_s)),
+                                          **steps)
+            elif (want.setup, batch) in tasks:
+                ahead = order.index((want.setup, batch))
+                wait = (sum(running_left) + ahead * self.estimate_s(False)) / self._count
+                progress[want] = Progress("queued", batch, ahead=ahead + len(self._running),
+                                          eta_s=wait + self.estimate_s(False), **steps)
+            else:
+                progress[want] = Progress("refused", batch, message="the server's compile queue is full "
+                                          f"({self.max_configs} configurations waiting); this one waits for a place")
+        return progress
 
 
-JOBS = JobRegistry()
+_scheduler: Scheduler | None = None
+_guard = threading.Lock()
 
 
-def request_plan(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str, label: str,
-                 session: str) -> Job | str:
-    """Queues the compile of one plan (``calc.xla.compute_plan``, which caches it on disk)."""
-    if not compiles_enabled():
-        return tr("compiles are off on this server ({env}=off)", env=COMPILES_ENV)
-    one = one_device(config)
-    return JOBS.submit(plan_key(spec, config, gpu_key, remat),
-                       lambda: xla.compute_plan(spec, one, gpu_key, remat), label, session)
-
-
-def request_max_batch(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str, plan_budget_bytes: int,
-                      start: int, label: str, session: str) -> Job | str:
-    """Queues ``calc.xla.plan_max_batch``: the largest one-device batch whose plan takes at most
-    ``plan_budget_bytes``, starting from ``start`` (the walk's answer); several compiles."""
-    if not compiles_enabled():
-        return tr("compiles are off on this server ({env}=off)", env=COMPILES_ENV)
-    one = one_device(config)
-    return JOBS.submit(max_batch_key(spec, config, gpu_key, remat, plan_budget_bytes),
-                       lambda: xla.plan_max_batch(spec, one, gpu_key, plan_budget_bytes, start, remat),
-                       label, session)
-
-
-def known_plan(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str) -> xla.XlaPlan | None:
-    """The plan if it is shipped, on disk, or a finished job's: never compiles."""
-    plan = xla.cached_plan(spec, one_device(config), gpu_key, remat)
-    if plan is None:
-        job = JOBS.get(plan_key(spec, config, gpu_key, remat))
-        if job is not None and isinstance(job.result, xla.XlaPlan):
-            plan = job.result  # the disk cache could not be written
-    return plan
-
-
-def known_plan_peaks(spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str,
-                     batches: list[int]) -> dict[int, int]:
-    """One-device batch -> plan peak bytes, for the batches whose plans are already known (shipped or on disk).
-
-    The installed packages' versions are read once a process (about 10 ms each time).
-    """
-    return xla.known_peaks(spec, one_device(config), gpu_key, batches, remat, versions=_plan_versions())
-
-
-@functools.cache
-def _plan_versions() -> dict[str, str] | None:
-    return xla.plan_versions()
+def scheduler() -> Scheduler:
+    """The server's one scheduler, made on first use; its workers stop when the server ends."""
+    global _scheduler
+    with _guard:
+        if _scheduler is None:
+            _scheduler = Scheduler()
+            atexit.register(_scheduler.shutdown)
+        return _scheduler

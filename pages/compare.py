@@ -1,14 +1,17 @@
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
 from calc.gpus import GPU_PRESETS
-from dashboard import charts, figures, views
+from dashboard import charts, figures, views, xla_view
 from dashboard.i18n import tr
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MAX_COMPARED, MODELS
 from dashboard.widgets import remember, sidebar_inputs
+from dashboard.xla_step import xla_answer_for
 
 GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
 ensure_routed()
@@ -21,11 +24,22 @@ gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_
                           format_func=GPU_NAMES.get, key="compare_gpus")
 remember("models", ",".join(models))  # in the link, and kept when the visitor comes back to this page
 remember("gpus", ",".join(gpu_keys))
-st.caption(tr("Same training setup as the sidebar: image {size}px, {optimizer}, {precision}, {device} kernels, "
-              "{train_mode}, safety margin {margin}%. Every number is the graph-executor walk (`jit_compile=False`); "
-              "the Estimator shows XLA's plan of the compiled step, one model and card at a time.",
-              size=inputs.image_size, optimizer=inputs.optimizer, precision=inputs.precision,
-              device=inputs.device.upper(), train_mode=inputs.train_mode, margin=inputs.margin))
+xla_step = inputs.step == "xla" and views.xla_reason(inputs) is None
+if xla_step:
+    st.caption(tr("Same training setup as the sidebar: image {size}px, {optimizer}, {precision}, {device} kernels, "
+                  "{train_mode}, safety margin {margin}%. The largest batches are XLA's, as on the Estimator, where "
+                  "this server knows the plans: a number alone is settled by compiled plans; \"≥ N\" is what the "
+                  "plans known so far tell (the Estimator searches further); \"N (walk)\" is the graph-executor "
+                  "walk's, where no XLA plan of that model and card is known yet (open it in the Estimator to "
+                  "compile it). The peak column and the curves are the walk's (`jit_compile=False`).",
+                  size=inputs.image_size, optimizer=inputs.optimizer, precision=inputs.precision,
+                  device=inputs.device.upper(), train_mode=inputs.train_mode, margin=inputs.margin))
+else:
+    st.caption(tr("Same training setup as the sidebar: image {size}px, {optimizer}, {precision}, {device} kernels, "
+                  "{train_mode}, safety margin {margin}%. Every number is the graph-executor walk "
+                  "(`jit_compile=False`).", size=inputs.image_size, optimizer=inputs.optimizer,
+                  precision=inputs.precision, device=inputs.device.upper(), train_mode=inputs.train_mode,
+                  margin=inputs.margin))
 profiles = {}
 for name in models:
     try:
@@ -38,7 +52,12 @@ if not profiles:
     st.stop()
 gpus = [GPU_PRESETS[k] for k in gpu_keys]
 try:
-    table = pd.DataFrame(views.compare_table(profiles, gpus, inputs))
+    rows = views.compare_table(profiles, gpus, inputs)
+    if xla_step:
+        answers = {(name, g.key): xla_answer_for(replace(inputs, model=name, gpu=g.key), g)
+                   for name in profiles for g in gpus}
+        rows = xla_view.compare_table(rows, gpus, inputs, answers)
+    table = pd.DataFrame(rows)
     curves = views.compare_curves(profiles, inputs)
 except ValueError as exc:
     st.error(plain(exc))

@@ -11,6 +11,7 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 from dashboard.xla_step import show_xla_notes, xla_state
+from dashboard.xla_view import margin_line
 
 ensure_routed()
 charts.preload()
@@ -22,7 +23,7 @@ try:
 except ValueError as exc:
     st.error(plain(exc))
     st.stop()
-xla = xla_state(inputs, view)  # known plans now; missing ones compile in the background
+xla = xla_state(inputs, view, gpu)  # known plans now; missing ones compile in the background
 shown = xla.shown(view, inputs)
 
 c1, c2, c3 = st.columns(3)
@@ -30,12 +31,15 @@ c1.metric(shown.peak_label, views.fmt(shown.peak_bytes, inputs), delta=views.rem
           delta_color="inverse")
 c2.metric(f"{gpu.name}", views.fmt(shown.capacity_bytes, inputs))
 c3.metric(shown.max_batch_label, f"{shown.max_batch:,}")
-(st.success if shown.fits else st.error)(views.verdict(shown, inputs))
+verdict = st.info if not shown.final and shown.decided_by is None else st.success if shown.fits else st.error
+verdict(views.verdict(shown, inputs))
 if inputs.num_gpus > 1:
     st.caption(views.per_gpu_caption(inputs))
 show_xla_notes(xla)
 if (remat := views.remat_line(shown, inputs)) is not None:
     st.caption(remat)
+if shown.step == "xla" and (margin := margin_line(xla.answer, inputs)) is not None:
+    st.caption(margin)
 if shown.step == "graph":
     st.caption(accuracy_line())
 st.caption(xla_line(shown.step))
@@ -52,10 +56,8 @@ divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)
 charts.plotly_chart(left, figures.breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes,
                                                    divisor, inputs.unit), key="breakdown_chart")
-charts.plotly_chart(right, figures.curve_figure(view.curve_batches, view.curve_bytes, view.capacity_bytes,
-                                                view.usable_bytes, inputs.batch_size, shown.max_batch, divisor,
-                                                inputs.unit, shown.plan_points, shown.max_batch_from_plan),
-                    key="curve_chart")
+charts.plotly_chart(right, figures.curve_figure(shown.curve, shown.capacity_bytes, shown.usable_bytes,
+                                                shown.max_batch, divisor, inputs.unit), key="curve_chart")
 right.caption(views.curve_caption(shown))
 rows = views.shown_table(shown, inputs)
 st.markdown(views.markdown_table(rows))

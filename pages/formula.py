@@ -9,13 +9,14 @@ from dashboard.loaders import load_hand_example
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
-from dashboard.xla_step import largest_batch
+from dashboard.xla_step import xla_answer_for
+from dashboard.xla_view import lesson_line
 
 ensure_routed()
 inputs, profile = inputs_and_profile()
 gpu = gpu_of(inputs)
 fit = views.fit_of(profile, inputs, gpu)
-n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), fit, largest_batch(inputs, fit, gpu))
+n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), fit, fit.max_batch)
 terms = lesson.terms(n, inputs)
 presenting = inputs.present
 if presenting:
@@ -29,6 +30,8 @@ st.caption(tr("Every number on this page comes from replaying one training step 
               "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the moment "
               "when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is "
               "planned by XLA itself; the Estimator shows that plan."))
+if (answer := xla_answer_for(inputs, gpu)) is not None:
+    st.info(lesson_line(answer, inputs, gpu))
 if inputs.num_gpus > 1:
     st.info(lesson.per_gpu_note(n, inputs))
 
@@ -64,7 +67,8 @@ st.latex(r"\text{" + tr("Stack Exchange answer (cs231n)") + r"}:\ N \cdot 2 \cdo
 st.markdown(tr("→ **{mb:,.2f} MB** (MB = 1024², as the answer divides)", mb=n.cs231n_mb))
 st.latex(r"\text{" + tr("max batch (Stack Overflow, choosing a batch size)") + r"} = "
          r"\frac{\text{GPU bytes}}{4\,(N + P_{trainable})}")
-st.markdown(tr("→ **{rule:,}** on {gpu}; this tool says **{engine:,}** (the largest batch above).",
+st.markdown(tr("→ **{rule:,}** on {gpu}; this tool's graph-executor walk says **{engine:,}** (the largest batch "
+               "above).",
                rule=n.rule_max_batch, gpu=gpu.name, engine=n.engine_max_batch))
 table = pd.DataFrame(lesson.rule_comparison(n))
 st.dataframe(table, hide_index=True, column_config={table.columns[2]: st.column_config.NumberColumn(format="percent")})

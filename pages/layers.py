@@ -7,11 +7,16 @@ from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
+from dashboard.widgets import gpu_of
+from dashboard.xla_step import xla_answer_for
+from dashboard.xla_view import layers_line
 
 ensure_routed()
 charts.preload()
 st.title(tr("Where the memory goes, layer by layer"))
 inputs, profile = inputs_and_profile()
+if (answer := xla_answer_for(inputs, gpu_of(inputs))) is not None:
+    st.info(layers_line(answer, views.walk_peak_bytes(profile, inputs), inputs))
 rows = views.layer_rows(profile, inputs)
 share = tr("share of kept")
 table = pd.DataFrame([r.__dict__ for r in rows]).rename(columns={

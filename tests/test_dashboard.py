@@ -14,7 +14,7 @@ from calc.profiles import get_profile
 from calc.types import TrainingConfig
 from dashboard.plain import plain
 from dashboard.state import Inputs
-from tests.tools import displayed
+from tests.tools import displayed, xla_margin
 
 pytestmark = pytest.mark.server
 APP = "../app.py"
@@ -49,11 +49,10 @@ def _own_xla_plans(tmp_path, monkeypatch):
     for module in (cache, xla):  # where the plan reads them, and where the pages do
         monkeypatch.setattr(module, "plan_versions", lambda: {"jax": "test", "keras": "test"})
         monkeypatch.setattr(module, "unavailable_reason", lambda: None)
-    xla_jobs._plan_versions.cache_clear()
-    xla_jobs.JOBS.clear()
+    monkeypatch.setattr(xla_jobs, "_scheduler", None)  # each test's pages meet a scheduler of their own
     yield
-    xla_jobs.JOBS.clear()
-    xla_jobs._plan_versions.cache_clear()
+    if xla_jobs._scheduler is not None:
+        xla_jobs._scheduler.shutdown()
 
 
 def app(params=None, page=None):
@@ -90,7 +89,7 @@ def engine_max_batch(batch=16, margin=0.05):
 
 
 def test_estimator_shows_engine_numbers():
-    at = app()
+    at = app({**SMALL, "step": "graph"})
     profile, config, gpu, best = engine_max_batch()
     assert metric(at, "Largest batch") == f"{best:,}"
     assert at.success and at.success[0].value.startswith("Fits")
@@ -98,7 +97,7 @@ def test_estimator_shows_engine_numbers():
 
 def test_verdict_flips_at_the_max_batch():
     _, _, _, best = engine_max_batch()
-    at = app({**SMALL, "batch_size": str(best)})
+    at = app({**SMALL, "step": "graph", "batch_size": str(best)})
     assert at.success and not at.error
     at.number_input(key="batch_size").set_value(best + 1).run()
     assert at.error and at.error[0].value.startswith("Does not fit")
@@ -340,7 +339,7 @@ def test_pasted_sequential_summary_asks_for_the_input_shape():
 
 
 def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
-    at = app(page="pages/compare.py")
+    at = app({**SMALL, "step": "graph"}, page="pages/compare.py")
     at.multiselect(key="compare_models").set_value(["MobileNetV2", "ResNet50"]).run()
     at.multiselect(key="compare_gpus").set_value(["t4", "a100-80"]).run()
     table = at.dataframe[0].value
@@ -353,6 +352,19 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
             gpu = GPU_PRESETS[key]
             assert row[gpu.name] == max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                                                    safety_margin=0.05, limit=1 << 16)
+
+
+def test_compare_under_the_xla_step_marks_the_walks_numbers_where_no_plan_is_known():
+    put_plan(plan_analysis(16))  # one plan only: no line, no search settled
+    at = app({**SMALL, "models": "MobileNetV2,ResNet50", "gpus": "t4"}, page="pages/compare.py")
+    table = at.dataframe[0].value
+    config = dashboard_config(batch_size=16, optimizer="adam")
+    gpu = GPU_PRESETS["t4"]
+    resnet = table[table["model"] == "ResNet50"].iloc[0]
+    walk = max_batch_size(get_profile(make_spec("ResNet50", 224)), config, gpu.memory_bytes,
+                          overhead_bytes=gpu.overhead_bytes, safety_margin=0.05, limit=1 << 16)
+    assert resnet[gpu.name] == f"{walk:,} (walk)"
+    assert table[table["model"] == "MobileNetV2"].iloc[0][gpu.name] == "≥ 16"  # the one plan fits: at least 16
 
 
 def _latex_terms(at) -> list[float]:
@@ -390,8 +402,9 @@ def test_formula_terms_are_their_arithmetic_and_add_up_to_the_peak(optimizer):
     assert total == round(b.peak_bytes / 1024**3, 3)
 
 
-@pytest.mark.parametrize("params", [{}, {"num_gpus": "2", "batch_size": "32"}, {"step": "graph", "margin": "20"}])
-def test_formula_says_the_estimators_largest_batch(params):
+@pytest.mark.parametrize("params", [{"step": "graph"}, {"step": "graph", "num_gpus": "2", "batch_size": "32"},
+                                    {"step": "graph", "margin": "20"}])
+def test_formula_says_the_estimators_largest_batch_for_the_graph_executor(params):
     import re
 
     link = {**SMALL, **params}
@@ -399,9 +412,24 @@ def test_formula_says_the_estimators_largest_batch(params):
     formula = app(link, page="pages/formula.py")
     text = " ".join(m.value for m in formula.markdown)
     assert re.search(r"Largest batch that fits .*\*\*" + re.escape(estimator) + r"\*\*", text)
-    assert f"this tool says **{estimator}**" in text
+    assert f"this tool's graph-executor walk says **{estimator}**" in text
     if "num_gpus" in params:
         assert any("Every term, peak and measurement on this page is one GPU's" in i.value for i in formula.info)
+
+
+def test_formula_under_the_xla_step_teaches_the_walk_and_says_so():
+    _, _, _, walk = engine_max_batch()
+    formula = app(SMALL, page="pages/formula.py")
+    text = " ".join(m.value for m in formula.markdown)
+    assert f"by this formula** (the graph executor's step, global, with the 5% safety margin): **{walk:,}**" in text
+    assert any("not known on this server yet" in i.value and "every number here is the walk's" in i.value
+               for i in formula.info)
+    plan = put_plan(plan_analysis(16))
+    again = app(SMALL, page="pages/formula.py")
+    from dashboard.views import fmt
+
+    assert any(f"XLA's own plan, {fmt(plan.peak_bytes, Inputs())} at this batch (compiled)" in i.value
+               for i in again.info)
 
 
 def test_formula_compares_with_a_measurement_of_one_device_on_the_chosen_kernels():
@@ -655,25 +683,39 @@ def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
     at = app()
     assert metric(at, "Planned peak (XLA)") == fmt(plan.peak_bytes, Inputs())
     assert not [m for m in at.metric if m.label.startswith("Predicted peak")]
-    needed, usable = plan.peak_bytes + gpu.overhead_bytes, int(gpu.memory_bytes * 0.95)
+    needed, usable = plan.peak_bytes + gpu.overhead_bytes, int(gpu.memory_bytes * (1 - xla_margin()))
     assert needed > usable and at.error and at.error[0].value.startswith("Does not fit")
     assert f"framework overhead (CUDA context, libraries) = {fmt(needed, Inputs())}" in at.error[0].value
-    # The largest batch is the walk's until compiles search it, and says so.
-    _, _, _, best = engine_max_batch()
-    assert metric(at, "Largest batch that fits (graph-executor walk)") == f"{best:,}"
+    assert f"of {fmt(usable, Inputs())}" not in at.error[0].value and fmt(usable, Inputs()) in at.error[0].value
+    # Neither known plan fits: the largest batch is a search's, under way, and says so.
+    assert metric(at, "Largest batch that fits (XLA, at least: searching)") == "0"
     bars = bar_chart(at)
     assert {t["name"] for t in bars["data"]} >= {LABELS[k] for k in plan.components()}
     assert LABELS["xla_temporaries"] == "XLA temporaries (activations, gradients, scratch)"
     assert abs(sum(t["y"][0] for t in bars["data"]) - needed / GIB) < 1e-9
     curve = curve_chart(at)
     assert curve["data"][0]["name"] == "graph-executor walk (jit_compile=False)"
+    assert curve["layout"]["xaxis"].get("type") in (None, "linear")  # a line looks like a line
     points = next(t for t in curve["data"] if t["name"] == "XLA plan (compiled)")
     expected = {8: (other.peak_bytes + gpu.overhead_bytes) / GIB, 16: needed / GIB}
     assert dict(zip(points["x"], points["y"])) == pytest.approx(expected)
     assert any("XLA's own memory plan" in c.value and "jit_compile=True" in c.value for c in at.caption)
-    assert any("markers are XLA plans" in c.value for c in at.caption)
+    assert any("circles are plans compiled at that batch (2 so far)" in c.value for c in at.caption)
     # The walk's caveats and accuracy describe the graph executor: not shown beside the plan.
     assert not any(c.value.startswith("Accuracy on") for c in at.caption)
+
+
+def test_between_two_compiled_plans_the_plan_is_drawn_and_says_so():
+    from dashboard.views import fmt
+
+    low, high = put_plan(plan_analysis(8), batch_size="8"), put_plan(plan_analysis(32), batch_size="32")
+    at = app({**SMALL, "batch_size": "20"})
+    drawn = low.peak_bytes + (high.peak_bytes - low.peak_bytes) * (20 - 8) // (32 - 8)
+    assert metric(at, "Planned peak (XLA, drawn between batches 8 and 32)") == fmt(drawn, Inputs())
+    assert at.success and at.success[0].value.startswith("Fits")
+    line = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan, drawn between compiled plans")
+    assert 20 in line["x"] and line["y"][line["x"].index(20)] == pytest.approx(
+        (drawn + GPU_PRESETS["t4"].overhead_bytes) / GIB)
 
 
 def test_step_graph_shows_the_walk_even_where_a_plan_is_known():
@@ -726,91 +768,141 @@ def test_where_no_plan_applies_the_walk_is_shown_with_one_line_why(params, why):
     assert not at.exception
     assert any(why in i.value and "graph-executor walk" in i.value for i in at.info)
     assert metric(at, "Predicted peak (graph executor)")
+    assert (at.success or at.error) and metric(at, "Largest batch that fits (graph-executor walk)")
 
 
-def test_with_compiles_off_no_compile_starts_and_the_page_says_so():
-    from dashboard import xla_jobs
-
+def test_without_a_plan_the_walk_stands_in_named_as_such_and_gives_no_verdict():
     at = app()
     assert any("CALC_XLA_COMPILES=off" in i.value for i in at.info)
-    assert xla_jobs.JOBS.unfinished() == 0 and not [b for b in at.button if b.key == "xla_max_batch"]
     assert metric(at, "Predicted peak (graph executor)")
+    assert metric(at, "Largest batch that fits (graph-executor walk, until XLA's plans are compiled)")
+    assert not at.success and not at.error
+    assert any(i.value.startswith("XLA's plan of this batch is not known yet") and "no verdict" in i.value
+               for i in at.info)
 
 
-def _wait_for_jobs(timeout_s=60.0):
-    import time
+class FakeWorker:
+    """A compile worker that answers with ``answer(batch)`` once ``gate`` is open; ``cancel`` stops it."""
 
+    def __init__(self, answer, gate=None):
+        import threading
+
+        self.answer, self.gate, self.calls, self._cancel = answer, gate, [], threading.Event()
+
+    def compile(self, request):
+        from calc.workers.plans import PlanCancelled
+
+        self.calls.append(request)
+        while self.gate is not None and not self.gate.is_set():
+            if self._cancel.wait(0.01):
+                raise PlanCancelled("stopped")
+        return self.answer(request["config"]["batch_size"])
+
+    def cancel(self):
+        self._cancel.set()
+        return True
+
+    def close(self):
+        self._cancel.set()
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Compiles on, run by one fake worker (``FakeWorker``) in a scheduler of the test's own."""
     from dashboard import xla_jobs
 
+    made = []
+
+    def start(answer=plan_analysis, gate=None):
+        worker = FakeWorker(answer, gate)
+        scheduler = xla_jobs.Scheduler(1, worker=lambda: worker, lease_s=30)
+        monkeypatch.setattr(xla_jobs, "_scheduler", scheduler)
+        made.append(scheduler)
+        return scheduler, worker
+
+    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
+    yield start
+    for scheduler in made:
+        scheduler.shutdown()
+
+
+def _wait_idle(scheduler, timeout_s=60.0):
+    import time
+
     deadline = time.monotonic() + timeout_s
-    while xla_jobs.JOBS.unfinished() and time.monotonic() < deadline:
+    while scheduler.pending() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not xla_jobs.JOBS.unfinished()
+    assert not scheduler.pending()
 
 
-def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(monkeypatch):
+def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compiles):
     import threading
 
     from calc import xla
-    from calc.workers import plans
     from dashboard.views import fmt
 
-    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
-    release, calls, returned = threading.Event(), [], []
-
-    def slow_child(request, **kwargs):
-        calls.append(request)
-        release.wait(120)  # a compile that ends only when the test says so
-        returned.append(True)
-        return plan_analysis(request["config"]["batch_size"])
-
-    monkeypatch.setattr(plans, "compile_plan", slow_child)
+    gate = threading.Event()
+    scheduler, worker = compiles(gate=gate)
     try:
         at = app()
-        assert not returned  # the page ran to its end while the compile went on
-        progress = [i.value for i in at.info if "MobileNetV2 224x224, batch 16 for Tesla T4" in i.value]
+        progress = [c.value for c in at.caption if "XLA's plan at batch 16" in c.value]
         assert progress and (progress[0].startswith("Compiling") or progress[0].startswith("Queued"))
-        assert metric(at, "Predicted peak (graph executor)")  # the walk meanwhile
+        assert metric(at, "Predicted peak (graph executor)")  # the walk meanwhile, without a verdict
+        assert not at.success and not at.error
     finally:
-        release.set()
-        _wait_for_jobs()
-    assert len(calls) == 1 and calls[0]["target"] == "t4" and calls[0]["remat"] is None
+        gate.set()
+    import time
+
+    deadline = time.monotonic() + 30
+    while scheduler.compiled < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = worker.calls[0]
+    assert first["target"] == "t4" and first["remat"] is None and first["config"]["batch_size"] == 16
     at.run()
     assert not at.exception
     expected = xla.plan_from_analysis(plan_analysis(16), "t4").peak_bytes
     assert metric(at, "Planned peak (XLA)") == fmt(expected, Inputs())
-    assert not any("MobileNetV2 224x224" in i.value for i in at.info)
 
 
-def test_the_largest_batch_under_xla_is_searched_with_compiles_on_demand(monkeypatch):
+def test_the_largest_batch_is_xlas_searched_without_a_button_and_every_page_agrees(compiles):
     from calc import xla
-    from calc.workers import plans
+    from calc.xla import settle_width
+    from dashboard import xla_jobs
 
-    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
-    per_sample, fixed_temp = 50 * 2**20, 300 * 2**20
-    monkeypatch.setattr(plans, "compile_plan", lambda request, **kw: plan_analysis(
-        request["config"]["batch_size"], per_sample=per_sample, fixed_temp=fixed_temp))
-    put_plan(plan_analysis(16, per_sample=per_sample, fixed_temp=fixed_temp))
+    scheduler, worker = compiles()
     at = app()
-    assert metric(at, "Largest batch that fits (graph-executor walk)")
-    at.button(key="xla_max_batch").click().run()
-    _wait_for_jobs()
+    assert not [b for b in at.button if b.key == "xla_max_batch"]
+    _wait_idle(scheduler)
+    at.run()
+    at.run()  # the search's compiles were asked on the first run; the page now reads them all
+    _wait_idle(scheduler)
     at.run()
     # The fake plan grows linearly: peak(b) = fixed part + b x (per-sample temporaries + input).
     gpu = GPU_PRESETS["t4"]
-    budget = int(gpu.memory_bytes * 0.95) - gpu.overhead_bytes
-    peak = lambda b: xla.plan_from_analysis(  # noqa: E731
-        plan_analysis(b, per_sample=per_sample, fixed_temp=fixed_temp), "t4").peak_bytes
-    slope = peak(2) - peak(1)
-    fixed = peak(1) - slope
-    expected = (budget - fixed) // slope
-    assert peak(expected) <= budget < peak(expected + 1)
+    budget = int(gpu.memory_bytes * (1 - xla_margin())) - gpu.overhead_bytes
+    peak = lambda b: xla.plan_from_analysis(plan_analysis(b), "t4").peak_bytes  # noqa: E731
+    expected = max(b for b in range(1, 2000) if peak(b) <= budget)
     assert metric(at, "Largest batch that fits (XLA plans, compiled)") == f"{expected:,}"
     points = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan (compiled)")
-    assert expected in points["x"] and expected + 1 in points["x"]
-    # The Formula page gives the same answer once the search is done.
-    at.switch_page("pages/formula.py").run()
-    assert f"**{expected:,}**." in next(m.value for m in at.markdown if "Largest batch that fits" in m.value)
+    assert expected in points["x"] and any(expected < b <= expected + settle_width(expected) for b in points["x"])
+    # Every page gives the same answer for the same link, also after a restart (a new scheduler,
+    # no Streamlit cache): the plans are on disk.
+    monkeypatch_scheduler = xla_jobs.Scheduler(1, worker=lambda: worker)
+    xla_jobs._scheduler, old = monkeypatch_scheduler, xla_jobs._scheduler
+    try:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        again = app()
+        assert metric(again, "Largest batch that fits (XLA plans, compiled)") == f"{expected:,}"
+        formula = app(page="pages/formula.py")
+        assert any(f"its largest batch on {gpu.name}, {expected:,}," in i.value for i in formula.info)
+        compare = app({**SMALL, "models": "MobileNetV2", "gpus": "t4"}, page="pages/compare.py")
+        assert compare.dataframe[0].value[gpu.name][0] == f"{expected:,}"
+        layers = app(page="pages/layers.py")
+        assert any("walk's ledger" in i.value and "its plan for this batch is" in i.value for i in layers.info)
+    finally:
+        monkeypatch_scheduler.shutdown()
+        xla_jobs._scheduler = old
 
 
 def test_every_page_says_which_step_its_numbers_describe():
@@ -818,7 +910,9 @@ def test_every_page_says_which_step_its_numbers_describe():
 
     assert any("graph executor runs it" in c.value and "jit_compile=False" in c.value
                for c in app(page="pages/formula.py").caption)
-    assert any("graph-executor walk (`jit_compile=False`)" in c.value for c in app(page="pages/compare.py").caption)
+    assert any("graph-executor walk" in c.value for c in app({**SMALL, "step": "graph"}, page="pages/compare.py").caption)
+    assert any("The largest batches are XLA's" in c.value and "`jit_compile=False`" in c.value
+               for c in app(page="pages/compare.py").caption)
     at = app(page="pages/validation.py")
     assert any(c.value.startswith("Which step each table describes") for c in at.caption)
     try:
@@ -834,22 +928,19 @@ def test_every_page_says_which_step_its_numbers_describe():
                for d in at.dataframe)
 
 
-def test_a_failed_compile_is_one_line_and_the_walk_stays(monkeypatch):
+def test_a_failed_compile_is_one_line_and_the_walk_stays(compiles):
     from calc import xla
-    from calc.workers import plans
 
-    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
-
-    def refused(request, **kwargs):
+    def refused(batch):
         raise xla.PlanError("XLA could not compile this step: out of registers")
 
-    monkeypatch.setattr(plans, "compile_plan", refused)
+    scheduler, _ = compiles(answer=refused)
     at = app()
-    _wait_for_jobs()
+    _wait_idle(scheduler)
     at.run()
     assert not at.exception
-    assert [w.value for w in at.warning] == ["No XLA plan for this step: XLA could not compile this step: out of "
-                                             "registers. This shows the graph-executor walk (jit_compile=False)."]
+    assert "No XLA plan for this step: XLA could not compile this step: out of registers. This shows the " \
+           "graph-executor walk (jit_compile=False)." in [w.value for w in at.warning]
     assert metric(at, "Predicted peak (graph executor)")
 
 

@@ -55,25 +55,30 @@ def test_breakdown_shows_the_allocator_part_only_when_simulated():
 
 def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
     from calc.gpus import GPU_PRESETS
-    from calc.xla import XlaPlan
+    from calc.xla import KnownPlans, PlanCurve, XlaPlan, plan_budget
+    from calc.xla.curve import CompiledPoint
     from dashboard.state import Inputs
-    from dashboard.views import estimate_view, shown_plan, verdict
+    from dashboard.views import estimate_view, verdict
+    from dashboard.xla_view import shown_xla, xla_answer
+    from tests.tools import xla_margin
 
     gpu = GPU_PRESETS["t4"]
     inputs = Inputs(model="ResNet50", image_size=224, batch_size=32, gpu="t4", remat="full")
     view = estimate_view(get_profile(make_spec("ResNet50")), inputs, gpu)
-    usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
+    usable = int(gpu.memory_bytes * (1 - xla_margin(inputs.margin / 100)))
     verdicts = []
     for temporaries in (usable - gpu.overhead_bytes - 1008, usable - gpu.overhead_bytes - 1007):  # needed: usable, +1
         plan = XlaPlan(400, 500, 100, temporaries, 8, 0, target="t4", remat="full")
-        shown = shown_plan(view, inputs, plan, plan_peaks={32: plan.peak_bytes}, max_batch=None,
-                           base_peak_bytes=plan.peak_bytes + 7)
+        known = KnownPlans({32: plan}, PlanCurve.of([CompiledPoint(32, plan.peak_bytes, temporaries)], 16 * 2**30))
+        shown = shown_xla(view, inputs, xla_answer(known, 32, plan_budget(gpu, inputs.margin / 100)),
+                          base_peak_bytes=plan.peak_bytes + 7)
         assert shown.needed_bytes == 400 + 500 + 100 + temporaries + 8 + gpu.overhead_bytes
-        assert shown.fits == (shown.needed_bytes <= usable)
+        assert shown.usable_bytes == usable and shown.fits == (shown.needed_bytes <= usable)
         assert verdict(shown, inputs).startswith("Fits" if shown.fits else "Does not fit")
         assert sum(shown.components.values()) == shown.peak_bytes and shown.remat_saving_bytes == 7
-        assert shown.max_batch == view.max_batch and "walk" in shown.max_batch_label  # no search: the walk's
-        assert shown.plan_points == ((32, plan.peak_bytes + gpu.overhead_bytes),)
+        assert shown.curve.compiled == ((32, plan.peak_bytes + gpu.overhead_bytes),)
+        # One plan and no search yet: the largest batch is the plans' lower bound, and says so.
+        assert shown.max_batch == (32 if shown.fits else 0) and "searching" in shown.max_batch_label
         verdicts.append(shown.fits)
     assert verdicts == [True, False]
 
@@ -81,13 +86,16 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
 def _every_figure():
     """Each figure builder of dashboard.figures, on small numbers, with every optional part drawn."""
     from dashboard import figures
+    from dashboard.views import CurveView
 
     gib = 2**30
     parts = {"weights": gib, "gradients": gib, "optimizer_state": 2 * gib, "activations": 3 * gib, "allocator": gib}
     return {
         "breakdown": figures.breakdown_figure(parts, gib // 2, 16 * gib, gib, "GiB"),
-        "curve": figures.curve_figure([1, 2, 4, 8], [gib, 2 * gib, 4 * gib, 8 * gib], 16 * gib, 15 * gib, 4, 8, gib,
-                                      "GiB", plan_points=((4, 5 * gib),), best_from_plan=False),
+        "curve": figures.curve_figure(CurveView(walk=((1, gib), (2, 2 * gib), (4, 4 * gib), (8, 8 * gib)),
+                                                drawn=((2, gib), (4, 2 * gib)), compiled=((2, gib), (6, 3 * gib)),
+                                                current=(4, 2 * gib), best=(8, 4 * gib), x_max=10),
+                                      16 * gib, 15 * gib, 8, gib, "GiB"),
         "layers": figures.layers_figure(["conv", "dense"], [1000, 2000], gib, "GiB"),
         "timeline": figures.timeline_figure(["forward conv", "loss", "backward conv", "update"],
                                             [gib, 3 * gib, 2 * gib, gib], gib, "GiB"),
@@ -188,7 +196,7 @@ def test_the_breakdown_table_lists_the_charts_parts_and_the_download_keeps_the_e
     from dashboard.views import breakdown_table, estimate_view, shown_table, shown_walk
 
     inputs = Inputs(model="MobileNetV2", image_size=224, batch_size=16, gpu="t4", unit="GB")
-    shown = shown_walk(estimate_view(get_profile(make_spec("MobileNetV2")), inputs, GPU_PRESETS["t4"]))
+    shown = shown_walk(estimate_view(get_profile(make_spec("MobileNetV2")), inputs, GPU_PRESETS["t4"]), inputs)
     rows = shown_table(shown, inputs)
     names = [t.name for t in breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes, 1e9,
                                               "GB").data]

@@ -1,4 +1,8 @@
-"""The dashboard's background compile queue (dashboard/xla_jobs.py): pure, no Streamlit, no compile."""
+"""The server's compile scheduler (dashboard/xla_jobs.py): pure, no Streamlit, no real compile.
+
+Workers are fakes that answer with plans made by a formula (``fake_analysis``) and that a
+cancel stops; the plans go through calc.xla's own cache, in each test's own folder.
+"""
 
 from __future__ import annotations
 
@@ -7,74 +11,181 @@ import time
 
 import pytest
 
+from calc import xla
+from calc.catalogue import make_spec
+from calc.types import TrainingConfig
+from calc.workers.plans import PlanCancelled
+from calc.xla import cache
 from dashboard import xla_jobs
-from dashboard.xla_jobs import Job, JobRegistry
+from dashboard.xla_jobs import Kind, Scheduler, Setup, Want
+
+GIB = 2**30
 
 
-def blocked(gate: threading.Event, answer="plan"):
-    def work():
-        gate.wait(30)
-        return answer
-    return work
+def fake_analysis(batch: int) -> dict:
+    """A child's answer shaped like XLA's: the state donated (aliased), the batch, temporaries of 60 MiB a sample."""
+    state, x = 300 * 2**20, 600_000 * batch
+    return {"argument_bytes": state + x, "output_bytes": state + 8, "alias_bytes": state,
+            "temp_bytes": 40 * 2**20 + 60 * 2**20 * batch, "trainable_bytes": state // 3,
+            "non_trainable_bytes": 0, "optimizer_bytes": state - state // 3, "metrics_bytes": 0, "batch_bytes": x,
+            "build_seconds": 1.0, "compile_seconds": 1.0, "jax": "test", "keras": "test"}
 
 
-def wait_done(job: Job, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not job.done and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert job.done
+class FakeWorker:
+    """Compiles by formula after ``delay_s``, or when released; ``cancel`` stops it."""
+
+    delay_s = 0.05
+    gate: threading.Event | None = None
+    calls: list[int] = []
+
+    def __init__(self) -> None:
+        self._cancel = threading.Event()
+
+    def compile(self, request: dict) -> dict:
+        batch = request["config"]["batch_size"]
+        FakeWorker.calls.append(batch)
+        self._cancel.clear()
+        deadline = time.monotonic() + self.delay_s
+        while time.monotonic() < deadline or (FakeWorker.gate is not None and not FakeWorker.gate.is_set()):
+            if self._cancel.wait(0.01):
+                raise PlanCancelled("stopped")
+        if batch == 13:
+            raise xla.PlanError("XLA could not compile this step: out of registers")
+        return fake_analysis(batch)
+
+    def cancel(self) -> bool:
+        self._cancel.set()
+        return True
+
+    def close(self) -> None:
+        self._cancel.set()
+
+
+@pytest.fixture(autouse=True)
+def _own_plans(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(xla_jobs.COMPILES_ENV, "on")
+    for module in (cache, xla.compute):
+        monkeypatch.setattr(module, "plan_versions", lambda: {"jax": "test", "keras": "test"}, raising=False)
+    monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
+    FakeWorker.calls, FakeWorker.gate, FakeWorker.delay_s = [], None, 0.05
 
 
 @pytest.fixture
-def jobs():
-    registry = JobRegistry(max_per_session=2)
-    yield registry
-    registry.clear()
+def scheduler():
+    made = Scheduler(1, worker=FakeWorker, lease_s=0.6)
+    yield made
+    made.shutdown()
 
 
-def test_identical_jobs_share_one_and_run_in_order(jobs):
-    gate = threading.Event()
-    first = jobs.submit("a", blocked(gate, 1), "A", "s1")
-    again = jobs.submit("a", blocked(gate, 2), "A", "s2")  # another session, same key: the same job
-    second = jobs.submit("b", blocked(gate, 3), "B", "s2")
-    assert again is first and first.sessions == {"s1", "s2"}
-    while not first.running:
+def setup(model="ResNet50", size=128, gpu="t4") -> Setup:
+    return Setup.of(make_spec(model, size), TrainingConfig(batch_size=1), gpu)
+
+
+def wait_for(condition, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_the_plan_a_page_shows_goes_before_searches_asked_earlier(scheduler):
+    FakeWorker.gate = threading.Event()
+    a, b = setup(), setup("MobileNetV2")
+    search = Want(a, Kind.SEARCH, budget_bytes=8 * GIB, start=40)
+    scheduler.ask("s1", [search])
+    wait_for(lambda: FakeWorker.calls == [40])  # the search's first compile runs
+    progress = scheduler.ask("s2", [Want(b, Kind.PLAN, batch=16)])
+    scheduler.ask("s1", [search])
+    assert [p.state for p in progress.values()] == ["queued"]
+    FakeWorker.gate.set()
+    wait_for(lambda: len(FakeWorker.calls) >= 3)
+    assert FakeWorker.calls[:3] == [40, 16, FakeWorker.calls[2]] and FakeWorker.calls[2] != 16
+
+
+def test_visitors_asking_the_same_plan_share_one_compile(scheduler):
+    want = Want(setup(), Kind.PLAN, batch=24)
+    for session in ("s1", "s2", "s3"):
+        scheduler.ask(session, [want])
+    wait_for(lambda: scheduler.ask("s1", [want])[want].state == "done")
+    assert FakeWorker.calls == [24] and want.setup.known().plans[24].peak_bytes > 0
+    assert scheduler.ask("s4", [want])[want].state == "done"  # kept on disk for every later visitor
+
+
+def test_wants_lapse_when_their_session_stops_asking_and_a_compile_nobody_wants_is_stopped(scheduler):
+    FakeWorker.gate = threading.Event()
+    running, queued = Want(setup(), Kind.PLAN, batch=8), Want(setup("VGG16"), Kind.PLAN, batch=8)
+    scheduler.ask("gone", [running, queued])
+    wait_for(lambda: FakeWorker.calls == [8])
+    # The visitor left: nobody asks again. The running compile is stopped, the queued one never starts.
+    wait_for(lambda: scheduler.pending() == 0, timeout_s=5)
+    time.sleep(0.3)
+    assert FakeWorker.calls == [8] and scheduler.compiled == 0
+    assert running.setup.known().plans == {}
+
+
+def test_a_search_is_as_many_compiles_as_it_takes_and_counts_them(scheduler):
+    want = Want(setup(), Kind.SEARCH, budget_bytes=6 * GIB, start=30)
+    seen = []
+    while (progress := scheduler.ask("s1", [want])[want]).state != "done":
+        if progress.state == "running":
+            seen.append((progress.step, progress.steps, progress.batch))
         time.sleep(0.01)
-    assert first.started_s is not None and jobs.place(first) == 0 and jobs.place(second) == 1
-    gate.set()
-    wait_done(second)
-    assert (first.result, second.result) == (1, 3) and first.finished_s <= second.started_s
+    answer = want.setup.known().curve.max_batch(6 * GIB)
+    per_sample = 60 * 2**20 + 600_000
+    brute = (6 * GIB - 300 * 2**20 - 8 - 40 * 2**20) // per_sample
+    assert answer.settled and answer.batch == brute
+    assert len(FakeWorker.calls) == scheduler.compiled <= 8
+    steps = sorted({s for s, _, _ in seen})
+    assert steps == list(range(1, len(steps) + 1)) and all(s <= n for s, n, _ in seen)
 
 
-def test_a_session_holds_at_most_its_cap_and_drops_what_it_no_longer_wants(jobs):
-    gate = threading.Event()
-    running = jobs.submit("a", blocked(gate), "A", "s1")
-    queued = jobs.submit("b", blocked(gate), "B", "s1")
-    refused = jobs.submit("c", blocked(gate), "C", "s1")
-    assert isinstance(refused, str) and "at most 2" in refused
-    assert isinstance(jobs.submit("c", blocked(gate), "C", "s2"), Job)  # the cap is per session
-    while not running.running:
-        time.sleep(0.01)
-    jobs.release("s1", {"c"})  # s1 moved on: its queued job goes, the running one cannot be stopped
-    assert jobs.get("b") is None and queued.future.cancelled() and jobs.get("a") is running
-    assert isinstance(jobs.submit("d", blocked(gate), "D", "s1"), Job)
-    gate.set()
+def test_a_failure_is_one_line_kept_and_not_tried_again(scheduler):
+    want = Want(setup(), Kind.PLAN, batch=13)
+    wait_for(lambda: scheduler.ask("s1", [want])[want].state == "failed")
+    progress = scheduler.ask("s2", [want])[want]
+    assert progress.message == "XLA could not compile this step: out of registers"
+    time.sleep(0.2)
+    assert FakeWorker.calls == [13]
 
 
-def test_a_failure_is_one_line_and_kept(jobs):
-    def fails():
-        raise RuntimeError("first line\nsecond line")
+def test_past_its_cap_the_queue_refuses_new_configurations_with_one_line():
+    FakeWorker.gate = threading.Event()
+    capped = Scheduler(1, worker=FakeWorker, lease_s=5, max_configs=2)
+    try:
+        first = [Want(setup(size=96 + 32 * i), Kind.PLAN, batch=8) for i in range(3)]
+        progress = {}
+        for i, want in enumerate(first):
+            progress.update(capped.ask(f"s{i}", [want]))
+        states = [progress[w].state for w in first]
+        assert states.count("refused") == 1 and "compile queue is full" in progress[first[2]].message
+    finally:
+        FakeWorker.gate.set()
+        capped.shutdown()
 
-    job = jobs.submit("x", fails, "X", "s1")
-    wait_done(job)
-    assert job.error == "the compile failed: RuntimeError: first line" and job.result is None
-    assert jobs.submit("x", fails, "X", "s1") is job  # not retried at once
 
-
-def test_compiles_off_queues_nothing(monkeypatch):
+def test_with_compiles_off_nothing_runs(scheduler, monkeypatch):
     monkeypatch.setenv(xla_jobs.COMPILES_ENV, "off")
-    assert not xla_jobs.compiles_enabled()
-    answer = xla_jobs.request_plan(None, None, "t4", "", "label", "s1")
-    assert isinstance(answer, str) and "CALC_XLA_COMPILES=off" in answer
-    monkeypatch.setenv(xla_jobs.COMPILES_ENV, "on")
-    assert xla_jobs.compiles_enabled()
+    want = Want(setup(), Kind.PLAN, batch=8)
+    assert scheduler.ask("s1", [want])[want].state == "off"
+    time.sleep(0.2)
+    assert FakeWorker.calls == []
+
+
+def test_shutdown_stops_the_running_compile():
+    FakeWorker.gate = threading.Event()
+    made = Scheduler(1, worker=FakeWorker, lease_s=30)
+    want = Want(setup(), Kind.PLAN, batch=8)
+    made.ask("s1", [want])
+    wait_for(lambda: FakeWorker.calls == [8])
+    started = time.monotonic()
+    made.shutdown()
+    wait_for(lambda: made.pending() == 0, timeout_s=2)
+    assert time.monotonic() - started < 2 and made.compiled == 0
+
+
+@pytest.mark.parametrize("value, cores, expected", [("", 2, 1), ("", 16, 4), ("3", 2, 3), ("x", 8, 2), ("99", 2, 8)])
+def test_compile_workers_come_from_the_setting_or_the_cores(monkeypatch, value, cores, expected):
+    monkeypatch.setenv(xla_jobs.WORKERS_ENV, value)
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert xla_jobs.compile_workers() == expected

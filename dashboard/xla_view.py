@@ -1,0 +1,179 @@
+"""What a page shows of XLA's plan: pure, no Streamlit.
+
+Every page reads the same answer for the same link: the plans known for the configuration
+(``calc.xla.known_plans``: shipped, or compiled by anyone on this server and kept on disk),
+the card's budget with the margin the plan's measured record asks for (``calc.xla.plan_budget``),
+and the largest batch those plans tell (``PlanCurve.max_batch``). What the plans cannot tell
+yet is the walk's, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from calc.gpus import GpuPreset
+from calc.xla import KnownPlans, MaxBatch, PlanBudget, XlaPlan
+from dashboard.i18n import tr
+from dashboard.state import Inputs
+from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, remat_mode, shown_walk, walk_curve,
+                             x_axis_end)
+
+
+@dataclass(frozen=True)
+class XlaAnswer:
+    """XLA's plan and largest batch for one configuration, as far as the known plans tell them."""
+
+    plan: XlaPlan | None  # at the chosen one-device batch: compiled, drawn, or None
+    max_batch: MaxBatch | None  # one device's; None before any plan is known
+    budget: PlanBudget
+    known: KnownPlans
+
+
+def xla_answer(known: KnownPlans, batch: int, budget: PlanBudget) -> XlaAnswer:
+    """The answer for one device's ``batch`` from ``known`` plans and the card's ``budget``."""
+    return XlaAnswer(known.at(batch), known.curve.max_batch(budget.plan_bytes), budget, known)
+
+
+def largest_batch_label(answer: MaxBatch | None) -> str:
+    if answer is None:
+        return tr("Largest batch that fits (graph-executor walk, until XLA's plans are compiled)")
+    if answer.settled:
+        return tr("Largest batch that fits (XLA plans, compiled)")
+    return tr("Largest batch that fits (XLA, at least: searching)")
+
+
+def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_bytes: int | None) -> ShownStep:
+    """XLA's plan in place of the walk: needed = plan peak + overhead, against the card less the margin
+    (the user's, or the plan's measured one where larger). ``answer.plan`` must be known."""
+    plan = answer.plan
+    assert plan is not None
+    gpus, overhead = inputs.num_gpus, view.overhead_bytes
+    remat = remat_mode(inputs)
+    if not plan.compiled:
+        label = tr("Planned peak (XLA, drawn between batches {a} and {b})", a=plan.drawn_through[0] * gpus,
+                   b=plan.drawn_through[1] * gpus)
+    elif remat:
+        label = tr("Planned peak (XLA, remat {mode})", mode=remat)
+    else:
+        label = tr("Planned peak (XLA)")
+    best = answer.max_batch
+    max_batch = best.batch * gpus if best is not None else view.max_batch
+    return ShownStep(
+        step="xla", peak_label=label, components=plan.components(), peak_bytes=plan.peak_bytes,
+        overhead_bytes=overhead, capacity_bytes=view.capacity_bytes, usable_bytes=answer.budget.usable_bytes,
+        max_batch=max_batch, max_batch_label=largest_batch_label(best), margin_fraction=answer.budget.margin,
+        curve=xla_curve(view, inputs, answer, plan.peak_bytes),
+        remat_saving_bytes=None if base_peak_bytes is None or not remat else base_peak_bytes - plan.peak_bytes,
+    )
+
+
+def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer) -> ShownStep:
+    """While the plan of the chosen batch is unknown: the walk's peak, labelled as standing in, XLA's
+    largest batch where its plans tell one, and a verdict only where a compiled plan decides it
+    (a batch as large that fits, or one as small that does not: plans grow with the batch)."""
+    walk = shown_walk(view, inputs, standing_in=True)
+    gpus, batch = inputs.num_gpus, inputs.batch_size // inputs.num_gpus
+    plans = answer.known.plans
+    usable = answer.budget.usable_bytes - view.overhead_bytes
+    larger_fits = [b for b, p in plans.items() if b >= batch and p.peak_bytes <= usable]
+    smaller_fails = [b for b, p in plans.items() if b <= batch and p.peak_bytes > usable]
+    decided = (min(larger_fits) if larger_fits else max(smaller_fails) if smaller_fails else None)
+    best = answer.max_batch
+    if best is None:
+        return walk
+    return replace(walk, peak_label=tr("Predicted peak (graph executor, until XLA's plan of this batch is compiled)"),
+                   max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best),
+                   usable_bytes=answer.budget.usable_bytes, margin_fraction=answer.budget.margin,
+                   decided_by=None if decided is None else (decided * gpus, plans[decided].peak_bytes + view.overhead_bytes),
+                   curve=xla_curve(view, inputs, answer, view.breakdown.peak_bytes))
+
+
+def xla_curve(view: EstimateView, inputs: Inputs, answer: XlaAnswer, peak_bytes: int) -> CurveView:
+    """XLA's curve in global batches: compiled plans, the line drawn between them up to XLA's
+    rematerialisation limit, the chosen batch and the largest that fits; the walk beside them."""
+    gpus, overhead, known = inputs.num_gpus, view.overhead_bytes, answer.known
+    best = answer.max_batch
+    compiled = tuple((b * gpus, p.peak_bytes + overhead) for b, p in sorted(known.plans.items()))
+    end = known.curve.line_end()
+    top = x_axis_end(inputs.batch_size, (best.batch if best else 0) * gpus, (end or 0) * gpus,
+                     max((b for b, _ in compiled), default=0) if best is None or not best.settled else 0)
+    drawn = []
+    if end is not None:
+        per_device = sorted({b // gpus for b in view.curve_batches if b // gpus <= end} | {end, 1})
+        for b in per_device:
+            point = known.curve.drawn(b)
+            if point is not None and b * gpus <= top:
+                drawn.append((b * gpus, point.peak_bytes + overhead))
+    best_point = None
+    if best is not None and best.batch and (plan := known.at(best.batch)) is not None:
+        best_point = (best.batch * gpus, plan.peak_bytes + overhead)
+    return CurveView(walk=walk_curve(view, inputs, top), drawn=tuple(drawn),
+                     compiled=tuple(c for c in compiled if c[0] <= top),
+                     current=(inputs.batch_size, peak_bytes + overhead), best=best_point, x_max=top)
+
+
+def margin_line(answer: XlaAnswer, inputs: Inputs) -> str | None:
+    """Why the XLA verdict keeps more free than the user's margin (None when it does not)."""
+    budget = answer.budget
+    if not budget.margin_is_measured:
+        return None
+    return tr("XLA's verdict and largest batch keep {margin:.1%} of the card free, not the {user}% set: on {cases} "
+              "steps measured on an H100, TensorFlow's XLA step took up to {under:.1%} more than XLA's plan (cuDNN's "
+              "workspaces are not in the plan), and {margin:.1%} is the margin under which every one of them fit.",
+              margin=budget.margin, user=inputs.margin, cases=budget.measured.cases,
+              under=-budget.measured.worst_under / (1 + budget.measured.worst_under))
+
+
+def largest_batch_cell(answer: XlaAnswer | None, walk_batch: int, gpus: int) -> str:
+    """The Compare page's cell: XLA's largest batch where known (marked when still a lower bound),
+    else the walk's, marked as such."""
+    if answer is None or answer.max_batch is None:
+        return tr("{batch:,} (walk)", batch=walk_batch)
+    best = answer.max_batch
+    if best.settled:
+        return f"{best.batch * gpus:,}"
+    return tr("≥ {batch:,}", batch=best.batch * gpus)
+
+
+def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str:
+    """The Formula page's line on the step the Estimator shows, when that step is XLA's."""
+    if answer.plan is None:
+        return tr("The sidebar's step is XLA's (jit_compile=True), whose plan for this batch is not known on this "
+                  "server yet: the Estimator compiles it. This page teaches the graph executor's step "
+                  "(jit_compile=False), and every number here is the walk's.")
+    best = answer.max_batch
+    largest = (f"{best.batch * inputs.num_gpus:,}" if best is not None and best.settled else
+               tr("at least {batch:,} (searching)", batch=best.batch * inputs.num_gpus) if best is not None else "-")
+    return tr("The sidebar's step is XLA's (jit_compile=True): the Estimator shows XLA's own plan, {peak} at this "
+              "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free. "
+              "This page teaches the graph executor's step (jit_compile=False), whose formula XLA does not follow "
+              "(it fuses operations and plans its own buffers): every number below is the walk's.",
+              peak=fmt(answer.plan.peak_bytes, inputs), gpu=gpu.name, largest=largest, margin=answer.budget.margin,
+              how=tr("compiled") if answer.plan.compiled else tr("drawn between compiled plans"))
+
+
+def layers_line(answer: XlaAnswer, walk_peak_bytes: int, inputs: Inputs) -> str:
+    """The Layers page's line on the step it shows, when the sidebar's step is XLA's."""
+    if answer.plan is None:
+        return tr("The sidebar's step is XLA's, whose plan for this batch is not known on this server yet. This page "
+                  "shows the graph-executor walk's ledger (jit_compile=False): XLA's plan is not broken down by "
+                  "layer.")
+    return tr("The sidebar's step is XLA's: its plan for this batch is {plan}, the walk's peak {walk}. This page "
+              "shows the graph-executor walk's ledger and timeline (jit_compile=False): XLA's plan is not broken "
+              "down by layer.", plan=fmt(answer.plan.peak_bytes, inputs), walk=fmt(walk_peak_bytes, inputs))
+
+
+def compare_table(rows: list[dict[str, object]], gpus: list[GpuPreset], inputs: Inputs,
+                  answers: dict[tuple[str, str], XlaAnswer | None]) -> list[dict[str, object]]:
+    """The Compare page's table (``views.compare_table``) with XLA's largest batches in place of the walk's,
+    for the XLA step: ``answers`` (model, GPU key) -> that configuration's answer, None where XLA's plan
+    does not apply. The cells become text (``largest_batch_cell``)."""
+    model = tr("model")
+    out = []
+    for row in rows:
+        row = dict(row)
+        for gpu in gpus:
+            row[gpu.name] = largest_batch_cell(answers.get((str(row[model]), gpu.key)), int(row[gpu.name]),  # type: ignore[call-overload]
+                                               inputs.num_gpus)
+        out.append(row)
+    return out
