@@ -13,6 +13,11 @@ import threading
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """The folder of every disk cache: ``$CALC_CACHE_DIR``, else ``~/.cache/keras-memory-calc``."""
+    return Path(os.environ.get("CALC_CACHE_DIR", Path.home() / ".cache" / "keras-memory-calc"))
+
+
 def read_entry(path: Path) -> str | None:
     """The entry's text, marked as used; None when absent or unreadable."""
     try:

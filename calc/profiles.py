@@ -9,13 +9,12 @@ model, once.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import Counter, OrderedDict
 from pathlib import Path
 
 from calc.catalogue import ModelFile, ModelSpec
-from calc.disk_cache import read_entry, write_entry
+from calc.disk_cache import cache_root, read_entry, write_entry
 from calc.profile_json import PROFILE_FORMAT, profile_from_dict, profile_to_dict
 from calc.types import ModelProfile
 
@@ -29,7 +28,7 @@ SHIPPED_DIR = Path(__file__).parent / "data" / "profiles"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("CALC_CACHE_DIR", Path.home() / ".cache" / "keras-memory-calc"))
+    return cache_root()
 
 
 def installed_keras_version() -> str:

@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 import zlib
 
+from calc.catalogue import ModelFile
 from calc.types import ModelProfile
 from calc.workers.files import profile_file
 
@@ -196,6 +197,46 @@ def profile_upload(data: bytes, filename: str, *, timeout_s: float = TIMEOUT_S,
         return _renamed(profile_file(path, timeout_s=timeout_s), os.path.basename(filename))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+UPLOADS_KEPT = 16  # uploaded files kept for XLA's plan (the dashboard's own-file step), least recently used dropped
+UPLOADS_KEPT_BYTES = 2 * 2**30
+
+
+def keep_upload(data: bytes, filename: str) -> ModelFile:
+    """Keeps a file that has been read (``profile_upload``) for XLA's plan, which compiles from the file.
+
+    Named by its content (the same file from two visitors is one), in a private folder of the
+    cache, at most ``UPLOADS_KEPT`` files and ``UPLOADS_KEPT_BYTES`` (the oldest dropped first).
+    The plan's child loads it as the reader did: Keras safe mode, its own time and memory limits.
+
+    Raises:
+        ValueError: not a model file this tool reads (``check_upload``), or the cache cannot hold it.
+    """
+    import hashlib
+
+    from calc.disk_cache import cache_root
+
+    ext = check_upload(data, filename)
+    folder = cache_root() / "uploads"
+    path = folder / (hashlib.sha256(data).hexdigest() + ext)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.exists():
+            os.utime(path)
+        else:
+            tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        others = sorted((p for p in folder.glob("*.*") if p != path), key=lambda p: p.stat().st_mtime, reverse=True)
+        total = path.stat().st_size
+        for i, old in enumerate(others, start=1):  # this one first, then the most recently used
+            total += old.stat().st_size
+            if i >= UPLOADS_KEPT or total > UPLOADS_KEPT_BYTES:
+                old.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ValueError(f"the file cannot be kept for XLA's plan here ({type(exc).__name__})") from None
+    return ModelFile(str(path))
 
 
 def _renamed(profile: ModelProfile, name: str) -> ModelProfile:

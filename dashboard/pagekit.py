@@ -74,6 +74,7 @@ def _uploaded_profile() -> ModelProfile:
             waiting.empty()
             with st.spinner(tr("Reading {name} (Keras safe mode)…", name=plain(upload.name))):
                 profile = profile_upload(upload.getvalue(), upload.name)
+        _keep_for_plans(upload)
     except ValueError as exc:
         message = f"{plain(upload.name)}: {plain(exc)}"
         st.session_state["_upload_profile"] = (upload.file_id, message)
@@ -83,6 +84,27 @@ def _uploaded_profile() -> ModelProfile:
         _release_upload(upload.file_id)
     st.session_state["_upload_profile"] = (upload.file_id, profile)
     return profile
+
+
+UPLOAD_KEPT = "_upload_kept"  # (file id, calc.catalogue.ModelFile or a one-line reason): the file XLA plans
+
+
+def _keep_for_plans(upload) -> None:
+    """Keeps a file that has been read for XLA's plan, which compiles from the file itself."""
+    from calc.uploads import keep_upload
+
+    try:
+        st.session_state[UPLOAD_KEPT] = (upload.file_id, keep_upload(upload.getvalue(), upload.name))
+    except ValueError as exc:
+        st.session_state[UPLOAD_KEPT] = (upload.file_id, plain(exc))
+
+
+def kept_upload():
+    """The uploaded file XLA plans (``calc.catalogue.ModelFile``), or a one-line reason there is none."""
+    upload, kept = st.session_state.get("upload_file"), st.session_state.get(UPLOAD_KEPT)
+    if upload is None or kept is None or kept[0] != upload.file_id:
+        return tr("the uploaded file is no longer on the server; upload it again for XLA's plan")
+    return kept[1]
 
 
 def _release_upload(file_id: str) -> None:

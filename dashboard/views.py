@@ -157,12 +157,12 @@ def fmt(nbytes: float, inputs: Inputs, digits: int = 2) -> str:
 def xla_reason(inputs: Inputs) -> str | None:
     """Why XLA's plan does not apply to these inputs (one line, for ``step="xla"``), or None.
 
-    The plan is compiled for a GPU preset's card (``calc.xla.target_for``), of a
-    catalogue model; a file, a pasted summary, CPU kernels or a custom size get the walk.
+    The plan is compiled for a GPU preset's card (``calc.xla.target_for``), of a catalogue
+    model or an uploaded file; a pasted summary, CPU kernels or a custom size get the walk.
     """
-    if inputs.source != "catalogue":
-        return tr("The XLA plan compiles a catalogue model for a GPU preset, not a file or a pasted summary; "
-                  "this shows the graph-executor walk (jit_compile=False).")
+    if inputs.source == "summary":
+        return tr("The XLA plan compiles a model, and a pasted summary is only its table; this shows the "
+                  "graph-executor walk (jit_compile=False). Upload the saved file for XLA's plan.")
     if inputs.device != "gpu":
         return tr("The XLA plan is of a GPU's step; with CPU kernels this shows the graph-executor walk "
                   "(jit_compile=False).")

@@ -30,7 +30,7 @@ from enum import IntEnum
 from typing import Any, Callable
 
 from calc import xla
-from calc.catalogue import ModelSpec
+from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
 from calc.workers.plans import PlanCancelled, PlanWorker
 from calc.xla import PlanCurve
@@ -65,13 +65,13 @@ def compile_workers() -> int:
 class Setup:
     """One configuration on one card, at any batch: the curve a page reads, the compiles a want names."""
 
-    spec: ModelSpec
+    spec: ModelSpec | ModelFile
     config: TrainingConfig  # one device's, at batch 1
     gpu_key: str
     remat: str = ""
 
     @classmethod
-    def of(cls, spec: ModelSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> Setup:
+    def of(cls, spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> Setup:
         return cls(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
 
     def known(self) -> xla.KnownPlans:

@@ -19,6 +19,7 @@ from calc.xla import XlaPlan, plan_budget
 from dashboard import views, xla_jobs
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
+from dashboard.pagekit import kept_upload
 from dashboard.state import Inputs
 from dashboard.xla_jobs import Kind, Progress, Setup, Want
 from dashboard.xla_view import XlaAnswer, shown_pending, shown_xla, xla_answer
@@ -49,18 +50,24 @@ def session_id() -> str:
 
 
 def setup_of(inputs: Inputs, remat: str | None = None) -> Setup:
-    spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
+    """The configuration the inputs name: a catalogue model, or the uploaded file (``not_applicable`` is None)."""
+    spec = kept_upload() if inputs.source == "upload" else spec_for(inputs.model, inputs.image_size,
+                                                                    inputs.train_mode == "frozen_backbone")
+    assert not isinstance(spec, str)
     return Setup.of(spec, views.config_of(inputs), inputs.gpu, views.remat_mode(inputs) if remat is None else remat)
 
 
 def not_applicable(inputs: Inputs) -> str | None:
-    """Why XLA's plan is not shown for these inputs (one line), or None where it is."""
+    """Why XLA's plan is not shown for these inputs (one line; "" for the graph executor's step), or None."""
     if inputs.step != "xla":
         return ""
     reason = views.xla_reason(inputs)
     if reason is None and (missing := xla.unavailable_reason()) is not None:
         reason = tr("No XLA plan on this server: {reason}; this shows the graph-executor walk (jit_compile=False).",
                     reason=missing)
+    if reason is None and inputs.source == "upload" and isinstance(kept := kept_upload(), str):
+        reason = tr("No XLA plan of the file: {reason}. This shows the graph-executor walk (jit_compile=False).",
+                    reason=kept)
     return reason
 
 

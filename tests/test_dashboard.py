@@ -252,13 +252,25 @@ def test_upload_a_model_file(tmp_path, monkeypatch):
                         lambda self, session, file_id: released.append(file_id) or remove(self, session, file_id))
     at = app({"source": "upload", "batch_size": "8"})
     assert at.info and "Upload" in at.info[0].value
-    at.file_uploader(key="upload_file").set_value(("mine.keras", _saved_model_bytes(tmp_path), "application/zip")).run()
+    saved = _saved_model_bytes(tmp_path)
+    at.file_uploader(key="upload_file").set_value(("mine.keras", saved, "application/zip")).run()
     assert not at.exception and not at.error
     assert metric(at, "Largest batch")
     # Read once; its bytes leave Streamlit's upload manager at once, the ledger stays for the reruns.
     assert len(reads) == 1 and len(released) == 1
     at.number_input(key="batch_size").set_value(16).run()
     assert not at.exception and not at.error and metric(at, "Largest batch") and len(reads) == 1
+    # The file is kept, by its content, for XLA's plan (the default step), which compiles from it.
+    from calc.catalogue import ModelFile
+    from dashboard.pagekit import UPLOAD_KEPT
+
+    _, kept = at.session_state[UPLOAD_KEPT]
+    assert isinstance(kept, ModelFile) and open(kept.resolved(), "rb").read() == saved
+    assert metric(at, "Predicted peak (graph executor)")  # no plan of it yet, and compiles are off in tests
+    assert any(i.value.startswith("XLA's plan of this batch is not known yet") for i in at.info)
+    put_plan(plan_analysis(16), spec=kept)
+    at.run()
+    assert metric(at, "Planned peak (XLA)")
 
 
 @pytest.mark.parametrize(
@@ -655,11 +667,12 @@ def plan_analysis(batch, *, per_sample=50 * 2**20, fixed_temp=300 * 2**20, state
             "build_seconds": 1.0, "compile_seconds": 2.0, "jax": "test", "keras": "test"}
 
 
-def put_plan(raw, remat="", **fields):
+def put_plan(raw, remat="", spec=None, **fields):
     """Puts a plan in the (test's own) plan cache, through calc.xla's own path; returns it."""
     from calc import xla
 
-    spec, config = small_step(**fields)
+    small, config = small_step(**fields)
+    spec = spec or small
     plan = xla.compute_plan(spec, config, "t4", remat, runner=lambda request: raw)
     assert plan.peak_bytes == raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
     return plan
@@ -754,7 +767,7 @@ def test_bad_remat_in_the_link_falls_back_to_none():
 
 
 @pytest.mark.parametrize("params, why", [
-    ({"source": "summary"}, "catalogue model for a GPU preset"),
+    ({"source": "summary"}, "a pasted summary is only its table"),
     ({"device": "cpu"}, "with CPU kernels"),
     ({"gpu": "custom", "gpu_memory_gib": "16"}, "a custom size names none"),
 ])

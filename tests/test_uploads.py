@@ -200,3 +200,24 @@ def test_a_saved_model_is_profiled(tmp_path, ext):
     profile = profile_upload(path.read_bytes(), f"m{ext}")
     assert profile.total_params == model.count_params() == (3 * 3 * 3 * 4 + 4) + (4 * 2 + 2)
     assert profile.name == f"m{ext}"
+
+
+def test_a_file_kept_for_xlas_plan_is_named_by_its_content_and_the_folder_is_bounded(tmp_path, monkeypatch):
+    from calc import uploads
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(uploads, "UPLOADS_KEPT", 3)
+    monkeypatch.setattr(uploads, "UPLOADS_KEPT_BYTES", 10_000)
+    hdf5 = b"\x89HDF\r\n\x1a\n"
+    first = uploads.keep_upload(hdf5 + b"a" * 100, "one.h5")
+    assert uploads.keep_upload(hdf5 + b"a" * 100, "same-content.h5") == first  # one file for one content
+    assert Path(first.path).name.endswith(".h5") and Path(first.path).read_bytes() == hdf5 + b"a" * 100
+    os.utime(first.path, (1, 1))  # the oldest
+    for i in range(3):  # three more: only the three most recent stay
+        kept = uploads.keep_upload(hdf5 + bytes([i]) * 100, f"m{i}.h5")
+        os.utime(kept.path, (10 + i, 10 + i))
+    assert len(list((tmp_path / "uploads").glob("*.h5"))) == 3 and not Path(first.path).exists()
+    big = uploads.keep_upload(hdf5 + b"z" * 9_900, "big.h5")  # and at most 10,000 bytes in all
+    assert [p.name for p in (tmp_path / "uploads").glob("*.h5")] == [Path(big.path).name]
+    with pytest.raises(ValueError, match="Expected a .keras or .h5"):
+        uploads.keep_upload(b"abc", "model.pkl")

@@ -16,6 +16,7 @@ import functools
 import gzip
 import hashlib
 import json
+import os
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -97,6 +98,13 @@ def at_batch(request: dict[str, Any], batch: int) -> dict[str, Any]:
 
 
 def _file_digest(path: str) -> str:
+    """The file's sha256, read once for each size and modification time (a page asks for it each second)."""
+    stat = os.stat(path)
+    return _digest(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
