@@ -210,15 +210,15 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
         out["xla_unavailable"] = str(exc)
         return False
     best = found.max_batch * config.num_gpus
-    compiled = dict(found.compiled)
     out.update(step="xla", max_batch_size=best, graph_max_batch_size=walk, compiles=found.compiles,
                known_before=found.known, settled=True, exceeds=found.exceeds, margin=budget.margin,
                compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= budget.plan_bytes}
                          for b, n in found.compiled])
-    if found.max_batch and found.exceeds is not None:
-        peak = compiled.get(found.max_batch)
-        edge = (f"batch {found.max_batch} per device {'planned ' + f'{peak / GIB:.2f} GiB' if peak else 'fits'}"
-                f" and fits, {found.exceeds} does not")
+    if found.max_batch and found.fits_bytes is not None and found.exceeds_bytes is not None:
+        edge = (f"batch {found.max_batch} per device planned {found.fits_bytes / GIB:.2f} GiB and fits, "
+                f"{found.exceeds} planned {found.exceeds_bytes / GIB:.2f} GiB and does not")
+    elif found.max_batch:
+        edge = f"batch {found.max_batch} per device fits"
     else:
         edge = "not even batch 1 per device fits"
     how = (f"{found.compiles} plans compiled, {found.known} known before" if found.known else

@@ -168,6 +168,12 @@ class PlanCurve:
         return (a.peak_bytes + t * (b.peak_bytes - a.peak_bytes), a.temp_bytes + t * (b.temp_bytes - a.temp_bytes),
                 (a.batch, b.batch))
 
+    def line_peak(self, batch: int) -> int | None:
+        """The line's peak at ``batch``, past XLA's limit too: what the plan would be if XLA kept every
+        activation (None below the line's start, or with fewer than two anchors)."""
+        line = self._line(batch)
+        return None if line is None else round(line[0])
+
     def drawn(self, batch: int) -> CurvePoint | None:
         """The line's point at ``batch`` where XLA would not rematerialise (compiled or not); None
         past that, or with fewer than two anchors."""

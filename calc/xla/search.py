@@ -26,6 +26,8 @@ class XlaMaxBatch:
     compiled: tuple[tuple[int, int], ...]  # (per-device batch, needed bytes) of every plan compiled by the search
     known: int = 0  # plans of this configuration known before the search
     exceeds: int | None = None  # the smallest compiled batch above ``max_batch`` that does not fit
+    fits_bytes: int | None = None  # the plan's bytes at ``max_batch``
+    exceeds_bytes: int | None = None  # and at ``exceeds``
 
     @property
     def compiles(self) -> int:
@@ -69,9 +71,14 @@ def plan_max_batch(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key:
         plan = compute_plan(spec, one, gpu_key, remat, **kwargs)
         return CompiledPoint(per_device, plan.peak_bytes, plan.temporaries_bytes)
 
-    answer, _, compiled = search_curve(plan_at, usable_bytes, start, curve)
+    answer, after, compiled = search_curve(plan_at, usable_bytes, start, curve)
+
+    def peak(batch: int | None) -> int | None:
+        point = None if batch is None else after.compiled(batch)
+        return None if point is None else point.peak_bytes
+
     return XlaMaxBatch(answer.batch, tuple(sorted((p.batch, p.peak_bytes) for p in compiled)), len(curve.points),
-                       answer.exceeds)
+                       answer.exceeds, peak(answer.batch), peak(answer.exceeds))
 
 
 
