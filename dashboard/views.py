@@ -211,6 +211,10 @@ class ShownStep:
     # While the walk stands in: (global batch, needed bytes) of the compiled plan that decides the
     # verdict already (a batch as large that fits, or one as small that does not), else None.
     decided_by: tuple[int, int] | None = None
+    # XLA's largest batch while its search is under way: at least ``max_batch``, and less than this
+    # global batch, whose plan does not fit (None: no plan above it known yet).
+    searching: bool = False
+    below: int | None = None
 
     @property
     def needed_bytes(self) -> int:
@@ -227,6 +231,16 @@ class ShownStep:
         return (self.usable_bytes - self.needed_bytes) / self.usable_bytes
 
 
+def max_batch_value(shown: ShownStep) -> str:
+    """The largest batch as the metric shows it: a number, or while XLA's search is under way the
+    bound the compiled plans give ("≥ 120", or "< 8" when not even the smallest compiled fits)."""
+    if not shown.searching:
+        return f"{shown.max_batch:,}"
+    if shown.max_batch == 0 and shown.below is not None:
+        return f"< {shown.below:,}"
+    return f"≥ {shown.max_batch:,}"
+
+
 def walk_curve(view: EstimateView, inputs: Inputs, x_max: int = 0) -> tuple[tuple[int, int], ...]:
     """The walk's curve, up to ``x_max`` (global batches) when one is given."""
     return tuple((b, t) for b, t in zip(view.curve_batches, view.curve_bytes) if not x_max or b <= x_max)
@@ -240,7 +254,7 @@ def shown_walk(view: EstimateView, inputs: Inputs, *, standing_in: bool = False)
     curve = CurveView(walk=walk_curve(view, inputs, top),
                       current=(inputs.batch_size, lookup[inputs.batch_size]) if inputs.batch_size in lookup else None,
                       best=(view.max_batch, lookup[view.max_batch]) if view.max_batch in lookup else None, x_max=top)
-    label = (tr("Largest batch that fits (graph-executor walk, until XLA's plans are compiled)") if standing_in
+    label = (tr("Largest batch (walk, until XLA's plans)") if standing_in
              else tr("Largest batch that fits (graph-executor walk)"))
     return ShownStep(
         step="graph", peak_label=tr("Predicted peak (graph executor)"), components=view.breakdown.components(),

@@ -162,6 +162,8 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
     if progress.state == "running":
         return tr("Compiling {what}: {seconds:.0f} s so far, about {left:.0f} s left.", what=what,
                   seconds=progress.seconds, left=progress.eta_s)
+    if progress.ahead == 1:
+        return tr("Queued: {what}; 1 compile ahead, about {wait:.0f} s.", what=what, wait=progress.eta_s)
     return tr("Queued: {what}; {ahead} compiles ahead, about {wait:.0f} s.", what=what, ahead=progress.ahead,
               wait=progress.eta_s)
 
@@ -173,6 +175,9 @@ def _progress(wants: tuple[Want, ...], setup: Setup, version: int, session: str,
     progress = scheduler.ask(session, wants)  # keeps the wants alive while the visitor is here
     if scheduler.version(setup) != version or any(p.state == "done" for p in progress.values()):
         st.rerun()  # the whole page, which now finds the new plan
-    for want in wants:
-        if (text := progress_text(want, progress[want], want.setup != setup)) is not None:
+    shown = set()
+    for want in wants:  # two wants may wait for one compile (a search's first step is the curve's second plan)
+        task = (want.setup, progress[want].batch)
+        if task not in shown and (text := progress_text(want, progress[want], want.setup != setup)) is not None:
+            shown.add(task)
             st.caption(text)

@@ -36,10 +36,10 @@ def xla_answer(known: KnownPlans, batch: int, budget: PlanBudget) -> XlaAnswer:
 
 def largest_batch_label(answer: MaxBatch | None) -> str:
     if answer is None:
-        return tr("Largest batch that fits (graph-executor walk, until XLA's plans are compiled)")
+        return tr("Largest batch (walk, until XLA's plans)")
     if answer.settled:
         return tr("Largest batch that fits (XLA plans, compiled)")
-    return tr("Largest batch that fits (XLA, at least: searching)")
+    return tr("Largest batch that fits (XLA, searching)")
 
 
 def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_bytes: int | None) -> ShownStep:
@@ -50,7 +50,7 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
     gpus, overhead = inputs.num_gpus, view.overhead_bytes
     remat = remat_mode(inputs)
     if not plan.compiled:
-        label = tr("Planned peak (XLA, drawn between batches {a} and {b})", a=plan.drawn_through[0] * gpus,
+        label = tr("Planned peak (XLA, drawn from {a} and {b})", a=plan.drawn_through[0] * gpus,
                    b=plan.drawn_through[1] * gpus)
     elif remat:
         label = tr("Planned peak (XLA, remat {mode})", mode=remat)
@@ -62,6 +62,8 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
         step="xla", peak_label=label, components=plan.components(), peak_bytes=plan.peak_bytes,
         overhead_bytes=overhead, capacity_bytes=view.capacity_bytes, usable_bytes=answer.budget.usable_bytes,
         max_batch=max_batch, max_batch_label=largest_batch_label(best), margin_fraction=answer.budget.margin,
+        searching=best is not None and not best.settled,
+        below=None if best is None or best.exceeds is None else best.exceeds * gpus,
         curve=xla_curve(view, inputs, answer, plan.peak_bytes),
         remat_saving_bytes=None if base_peak_bytes is None or not remat else base_peak_bytes - plan.peak_bytes,
     )
@@ -81,8 +83,9 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer) -> Show
     best = answer.max_batch
     if best is None:
         return walk
-    return replace(walk, peak_label=tr("Predicted peak (graph executor, until XLA's plan of this batch is compiled)"),
+    return replace(walk, peak_label=tr("Predicted peak (walk, until XLA's plan)"),
                    max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best),
+                   searching=not best.settled, below=None if best.exceeds is None else best.exceeds * gpus,
                    usable_bytes=answer.budget.usable_bytes, margin_fraction=answer.budget.margin,
                    decided_by=None if decided is None else (decided * gpus, plans[decided].peak_bytes + view.overhead_bytes),
                    curve=xla_curve(view, inputs, answer, view.breakdown.peak_bytes))
@@ -95,8 +98,9 @@ def xla_curve(view: EstimateView, inputs: Inputs, answer: XlaAnswer, peak_bytes:
     best = answer.max_batch
     compiled = tuple((b * gpus, p.peak_bytes + overhead) for b, p in sorted(known.plans.items()))
     end = known.curve.line_end()
+    settled = best is not None and best.settled
     top = x_axis_end(inputs.batch_size, (best.batch if best else 0) * gpus, (end or 0) * gpus,
-                     max((b for b, _ in compiled), default=0) if best is None or not best.settled else 0)
+                     0 if settled else max([view.max_batch, *(b for b, _ in compiled)]))
     drawn = []
     if end is not None:
         per_device = sorted({b // gpus for b in view.curve_batches if b // gpus <= end} | {end, 1})

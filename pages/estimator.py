@@ -30,7 +30,7 @@ c1, c2, c3 = st.columns(3)
 c1.metric(shown.peak_label, views.fmt(shown.peak_bytes, inputs), delta=views.remat_delta(shown, inputs),
           delta_color="inverse")
 c2.metric(f"{gpu.name}", views.fmt(shown.capacity_bytes, inputs))
-c3.metric(shown.max_batch_label, f"{shown.max_batch:,}")
+c3.metric(shown.max_batch_label, views.max_batch_value(shown))
 verdict = st.info if not shown.final and shown.decided_by is None else st.success if shown.fits else st.error
 verdict(views.verdict(shown, inputs))
 if inputs.num_gpus > 1:
@@ -40,10 +40,10 @@ if (remat := views.remat_line(shown, inputs)) is not None:
     st.caption(remat)
 if shown.step == "xla" and (margin := margin_line(xla.answer, inputs)) is not None:
     st.caption(margin)
-if shown.step == "graph":
+if shown.step == "graph" and shown.final:
     st.caption(accuracy_line())
 st.caption(xla_line(shown.step))
-if shown.step == "graph":  # the walk's caveats: TensorFlow's allocator and executor, not XLA's plan
+if shown.step == "graph" and shown.final:  # the walk's caveats: TensorFlow's allocator and executor, not XLA's plan
     for note in views.caveat_notes(view, inputs, caveat_records(), caveat_records("gpu")):
         st.warning(note)
     if (own := views.own_model_note(inputs, own_model_record())) is not None:

@@ -58,7 +58,7 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
     from calc.xla import KnownPlans, PlanCurve, XlaPlan, plan_budget
     from calc.xla.curve import CompiledPoint
     from dashboard.state import Inputs
-    from dashboard.views import estimate_view, verdict
+    from dashboard.views import estimate_view, max_batch_value, verdict
     from dashboard.xla_view import shown_xla, xla_answer
     from tests.tools import xla_margin
 
@@ -77,8 +77,9 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
         assert verdict(shown, inputs).startswith("Fits" if shown.fits else "Does not fit")
         assert sum(shown.components.values()) == shown.peak_bytes and shown.remat_saving_bytes == 7
         assert shown.curve.compiled == ((32, plan.peak_bytes + gpu.overhead_bytes),)
-        # One plan and no search yet: the largest batch is the plans' lower bound, and says so.
-        assert shown.max_batch == (32 if shown.fits else 0) and "searching" in shown.max_batch_label
+        # One plan and no search yet: the largest batch is the plans' bound, and says so.
+        assert shown.searching and "searching" in shown.max_batch_label
+        assert max_batch_value(shown) == ("≥ 32" if shown.fits else "< 32")
         verdicts.append(shown.fits)
     assert verdicts == [True, False]
 
