@@ -296,9 +296,10 @@ def curve_caption(shown: ShownStep) -> str:
     if shown.curve.compiled:
         return tr("XLA's plan, plus the framework overhead: circles are plans compiled at that batch ({compiled} "
                   "so far); the line is drawn through them where XLA keeps every activation (a straight line in "
-                  "the batch) and stops where XLA's temporaries would reach its rematerialisation limit (80 % of "
-                  "the card x 95 %, less the state): past it XLA recomputes activations to fit, and only compiled "
-                  "plans count. The grey line is the graph-executor walk (jit_compile=False), for comparison{pending}.",
+                  "the batch) and stops where its temporaries would reach half XLA's rematerialisation limit (80 % "
+                  "of the card x 95 %, less the state): nearer the card XLA may recompute activations to fit, and "
+                  "only compiled plans count. The grey line is the graph-executor walk (jit_compile=False), for "
+                  "comparison{pending}.",
                   compiled=len(shown.curve.compiled),
                   pending="" if shown.final else tr("; the red point is the walk's, until this batch's plan is compiled"))
     if not shown.final:

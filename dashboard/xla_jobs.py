@@ -41,6 +41,7 @@ WORKERS_ENV = "CALC_XLA_WORKERS"
 LEASE_S = 12.0  # a want lapses this long after its session last asked for it
 FAILURE_KEPT_S = 1800.0  # a compile that failed is not tried again for this long
 MAX_CONFIGS = 12  # configurations with pending compiles, server-wide; past it a new one is refused
+CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
 FIRST_ESTIMATE_S = (45.0, 15.0)  # a compile's seconds (new model, kept model) until this host has timed its own
 
 
@@ -161,6 +162,7 @@ class Scheduler:
         self._failed: dict[tuple[Setup, int], tuple[str, float]] = {}
         self._searched: dict[tuple[Setup, int], int] = {}  # (setup, budget) -> search compiles finished
         self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
+        self._curves: dict[Setup, tuple[int, float, PlanCurve]] = {}  # setup -> (version, read at, curve)
         self._times: dict[bool, list[float]] = {True: [], False: []}  # seconds of compiles: kept model, new model
         self._count = workers or compile_workers()
         self._idle = [worker() for _ in range(self._count)]
@@ -226,32 +228,36 @@ class Scheduler:
             del self._sessions[session]
         return list(self._sessions.items())
 
+    def _curve(self, setup: Setup) -> PlanCurve:
+        """The setup's known plans, read again once one of its compiles has ended here or after
+        ``CURVE_KEPT_S`` (another process may have compiled one): every visitor asks each second."""
+        version, now = self._versions.get(setup, 0), time.monotonic()
+        kept = self._curves.get(setup)
+        if kept is None or kept[0] != version or now - kept[1] > CURVE_KEPT_S:
+            kept = self._curves[setup] = (version, now, setup.curve())
+            if len(self._curves) > 4 * self.max_configs:
+                self._curves.pop(next(iter(self._curves)))
+        return kept[2]
+
     def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[int, float, Want]]:
-        """Every compile some live want needs now and that is not running or failed:
-        task -> (kind, since, one want behind it); admitted configurations only."""
+        """Every compile some live want needs now and that is not running or failed: task -> (kind,
+        since, one want behind it); of at most ``max_configs`` configurations, those asked for first."""
         tasks: dict[tuple[Setup, int], tuple[int, float, Want]] = {}
-        curves: dict[Setup, PlanCurve] = {}
+        admitted = {setup for setup, _ in self._running}
         for _, held in sorted(self._live(now), key=lambda item: min(item[1].since_s.values(), default=now)):
             for want in held.wants:
-                if want.setup not in curves:
-                    if not self._admitted(want.setup, curves):
-                        continue
-                    curves[want.setup] = want.setup.curve()
-                batch = want.next_batch(curves[want.setup])
-                if batch is None:
-                    continue
+                batch = want.next_batch(self._curve(want.setup))
                 task = (want.setup, batch)
-                if task in self._running or self._failure(task, now) is not None:
+                if batch is None or task in self._running or self._failure(task, now) is not None:
                     continue
+                if want.setup not in admitted:
+                    if len(admitted) >= self.max_configs:
+                        continue  # past the cap: waits for a place
+                    admitted.add(want.setup)
                 rank = (int(want.kind), held.since_s[want])
                 if task not in tasks or rank < tasks[task][:2]:
                     tasks[task] = (*rank, want)
         return tasks
-
-    def _admitted(self, setup: Setup, seen: dict[Setup, PlanCurve]) -> bool:
-        """Past ``max_configs`` configurations with pending compiles, a new one waits for a place."""
-        busy = set(seen) | {s for s, _ in self._running}
-        return setup in busy or len(busy) < self.max_configs
 
     def _failure(self, task: tuple[Setup, int], now: float) -> str | None:
         failed = self._failed.get(task)
@@ -302,11 +308,9 @@ class Scheduler:
         if not self._running:
             return
         wanted: set[tuple[Setup, int]] = set()
-        curves: dict[Setup, PlanCurve] = {}
         for _, held in self._live(now):
             for want in held.wants:
-                curve = curves.setdefault(want.setup, want.setup.curve())
-                if (batch := want.next_batch(curve)) is not None:
+                if (batch := want.next_batch(self._curve(want.setup))) is not None:
                     wanted.add((want.setup, batch))
         for task, run in self._running.items():
             if task not in wanted:
@@ -359,7 +363,7 @@ class Scheduler:
         running_left = [max(0.0, self.estimate_s(False) - (time.time() - r.started_s)) for r in self._running.values()]
         progress: dict[Want, Progress] = {}
         for want in held.wants:
-            curve = want.setup.curve()
+            curve = self._curve(want.setup)
             batch = want.next_batch(curve)
             steps = {}
             if want.kind is Kind.SEARCH:

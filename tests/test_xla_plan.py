@@ -112,6 +112,16 @@ def test_the_per_device_batch_is_compiled_and_the_family_key_names_the_versions_
         cache.plan_request(spec, TrainingConfig(), xla.target_for("t4"), "sometimes")
 
 
+def test_a_disk_that_refuses_plans_costs_no_compile_twice_in_this_process(fake_runner, tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("CALC_CACHE_DIR", str(blocked))
+    spec, config = make_spec("MobileNetV2", 96), TrainingConfig(batch_size=8)
+    first = xla.compute_plan(spec, config, "t4", runner=fake_runner)
+    assert xla.compute_plan(spec, config, "t4", runner=fake_runner) == first and len(fake_runner.calls) == 1
+    assert xla.known_plans(spec, config, "t4").plans == {8: first}
+
+
 def test_identical_requests_at_once_compile_once(fake_runner):
     spec, config = make_spec("ResNet50", 128), TrainingConfig(batch_size=4)
     results = []

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -141,9 +142,18 @@ def shipped_plans() -> dict[str, dict[int, dict[str, Any]]]:
     return {key: {int(b): raw for b, raw in family["plans"].items()} for key, family in data["families"].items()}
 
 
+# This process's plans by (cache folder, family), should the disk refuse them.
+_compiled_here: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+_compiled_guard = threading.Lock()
+MEMORY_FAMILIES = 256
+
+
 def read_family(key: str) -> dict[int, dict[str, Any]]:
-    """Every known plan of a family: one-device batch -> the child's answer (shipped, then on disk)."""
+    """Every known plan of a family: one-device batch -> the child's answer (shipped, compiled by this
+    process, then on disk)."""
     plans = dict(shipped_plans().get(key, {}))
+    with _compiled_guard:
+        plans.update(_compiled_here.get((str(cache_dir()), key), {}))
     text = read_entry(cache_dir() / f"{key}.json")
     if text is not None:
         try:
@@ -160,7 +170,15 @@ def read_cached(key: str, batch: int) -> dict[str, Any] | None:
 
 def write_cached(key: str, batch: int, raw: dict[str, Any]) -> None:
     """Adds the child's answer for ``batch`` to family ``key`` on disk (one writer at a time across
-    processes, the file replaced atomically), dropping the oldest families past ``CACHE_ENTRIES``."""
+    processes, the file replaced atomically), dropping the oldest families past ``CACHE_ENTRIES``.
+    This process keeps it too (its last ``MEMORY_FAMILIES`` families), so a read-only or full disk
+    costs no compile twice here."""
+    where = (str(cache_dir()), key)
+    with _compiled_guard:
+        _compiled_here.setdefault(where, {})[batch] = {k: raw[k] for k in KEPT_FIELDS if k in raw}
+        _compiled_here[where] = _compiled_here.pop(where)  # the most recent last
+        while len(_compiled_here) > MEMORY_FAMILIES:
+            _compiled_here.pop(next(iter(_compiled_here)))
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)

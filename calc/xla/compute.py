@@ -40,13 +40,16 @@ def _shared_worker() -> PlanWorker:
         return _worker
 
 
-def _machine_lock(timeout_s: float) -> Any:
+def _machine_lock(timeout_s: float) -> Any | None:
     """One compile at a time on this machine, across processes: an exclusive lock on a file."""
     import fcntl  # POSIX only: imported here so that the rest of the module imports anywhere
 
     folder = cache.cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    f = open(folder / "compile.lock", "w")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        f = open(folder / "compile.lock", "w")
+    except OSError:
+        return None  # no cache folder to lock in (read-only, or not a folder): compile without the lock
     deadline = time.monotonic() + timeout_s
     while True:
         try:

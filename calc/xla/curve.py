@@ -6,9 +6,12 @@ gradients and input): a line through two plans compiled well apart gives a third
 0.3 % (docs/notes/gpu-and-xla.md). XLA's GPU compiler rematerialises when the step's
 temporaries pass its scheduler's memory limit (xla/service/gpu/gpu_compiler.cc,
 ``GetSchedulerMemoryLimit``): 80 % of the card's memory, less the program's inputs and
-outputs (aliased ones once), times ``xla_gpu_memory_limit_slop_factor`` (95 %). Below that
-limit the plan is the line; above it XLA recomputes what it would otherwise keep, and the
-plan bends under the line, so there only compiled plans count.
+outputs (aliased ones once), times ``xla_gpu_memory_limit_slop_factor`` (95 %). Above it
+XLA recomputes what it would otherwise keep, and the plan bends under the line. XLA's remat
+pass decides by its own count of the schedule's memory, not the final plan's: EfficientNetB0
+under mixed_float16 on a T4 was rematerialised (7.7 % under the line) where the final plan's
+temporaries were 93 % of the limit. So the line counts only where its temporaries are under
+half the limit (the line region); past that only compiled plans count.
 
 Pure: a curve is built from the child's answers (``calc.xla.cache.read_family``), never compiles.
 """
@@ -30,7 +33,7 @@ class PointSource(str, Enum):
     """Where a point of the curve comes from."""
 
     COMPILED = "compiled"  # XLA's plan at this very batch
-    DRAWN = "drawn"  # on the line through two compiled plans, below XLA's rematerialisation limit
+    DRAWN = "drawn"  # on the line through two compiled plans, in the line region
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,8 @@ class MaxBatch:
     ``settled``: a batch that fits and one that does not are both compiled, ``settle_width``
     apart; ``batch`` is then the compiled one that fits. Otherwise ``batch`` is the best
     answer so far: the largest compiled batch that fits, or where the line through compiled
-    plans crosses the budget below XLA's rematerialisation limit, whichever is larger; near
-    the card's memory XLA rematerialises, so more may fit than the line says.
+    plans crosses the budget in the line region, whichever is larger; nearer the card's memory
+    XLA rematerialises, so more may fit than the line says.
     """
 
     batch: int  # 0: not even one sample fits
@@ -117,32 +120,14 @@ class PlanCurve:
         return (self.device_memory_bytes * share // whole - io_bytes) * SLOP_PERCENT // 100
 
     def below_limit(self, peak_bytes: int, temp_bytes: int) -> bool:
-        """True where XLA has no reason to rematerialise: the temporaries under its scheduler limit."""
-        return temp_bytes <= self.remat_limit_bytes(peak_bytes - temp_bytes)
+        """True in the line region: the temporaries under half XLA's rematerialisation limit."""
+        return temp_bytes <= self.remat_limit_bytes(peak_bytes - temp_bytes) // 2
 
     @property
     def anchors(self) -> tuple[CompiledPoint, ...]:
-        """The compiled plans a line may pass through: those XLA did not rematerialise.
-
-        XLA's remat pass stops once the temporaries are under its limit, so a rematerialised
-        plan sits just under the limit, where a plain one may sit too. Going up the batches, a
-        plan is taken while fewer than two are, if its temporaries are under half the limit;
-        after that, if the line through the plans taken puts its temporaries under the limit
-        (XLA then had no reason to rematerialise it).
-        """
-        anchors: list[CompiledPoint] = []
-        for point in self.points:
-            limit = self.remat_limit_bytes(point.io_bytes)
-            if len(anchors) < 2:
-                if point.temp_bytes <= limit // 2:
-                    anchors.append(point)
-                continue
-            first, last = anchors[0], anchors[-1]
-            temp = first.temp_bytes + (point.batch - first.batch) * (last.temp_bytes - first.temp_bytes) / (
-                last.batch - first.batch)
-            if temp <= limit and point.temp_bytes <= limit:
-                anchors.append(point)
-        return tuple(anchors)
+        """The compiled plans a line may pass through: those in the line region, where XLA keeps
+        every activation (a rematerialised plan sits under the line)."""
+        return tuple(p for p in self.points if self.below_limit(p.peak_bytes, p.temp_bytes))
 
     def compiled(self, batch: int) -> CompiledPoint | None:
         return next((p for p in self.points if p.batch == batch), None)
@@ -175,8 +160,8 @@ class PlanCurve:
         return None if line is None else round(line[0])
 
     def drawn(self, batch: int) -> CurvePoint | None:
-        """The line's point at ``batch`` where XLA would not rematerialise (compiled or not); None
-        past that, or with fewer than two anchors."""
+        """The line's point at ``batch`` in the line region (compiled or not); None past it, below the
+        line's start, or with fewer than two anchors."""
         line = self._line(batch)
         if line is None:
             return None
@@ -186,8 +171,8 @@ class PlanCurve:
         return CurvePoint(batch, round(peak), PointSource.DRAWN, through)
 
     def at(self, batch: int) -> CurvePoint | None:
-        """The plan at ``batch``: compiled, or drawn on the line where XLA would not rematerialise;
-        None near the card's memory without a compiled plan, or with fewer than two anchors."""
+        """The plan at ``batch``: compiled, or drawn on the line in the line region; None nearer the
+        card's memory without a compiled plan, or with fewer than two anchors."""
         if (point := self.compiled(batch)) is not None:
             return CurvePoint(batch, point.peak_bytes, PointSource.COMPILED)
         return self.drawn(batch)
@@ -198,8 +183,8 @@ class PlanCurve:
         return anchors[0].batch if len(anchors) >= 2 else None
 
     def line_end(self) -> int | None:
-        """The largest batch the line is drawn to: past it XLA's temporaries would pass its limit
-        (None with fewer than two anchors)."""
+        """The largest batch the line is drawn to: past it XLA's temporaries would pass half its
+        rematerialisation limit (None with fewer than two anchors)."""
         start = self.line_start()
         if start is None or self.drawn(start) is None:
             return None
@@ -304,11 +289,11 @@ class PlanCurve:
         """A batch whose plan, with the one compiled, gives a line: None when two anchors are known.
 
         A power of two (so that visitors asking other batches share it), far from the compiled
-        plan and well inside the line region: the largest up to half the batch where the
-        temporaries would reach XLA's limit, if that is at least twice the compiled batch (the line
-        is drawn upwards from its smaller plan); else the smallest of 8 or more below it, else 1.
-        The limit's batch is guessed from the compiled plan, all its temporaries taken to grow
-        with the batch.
+        plan and inside the line region: the largest up to the batch where the temporaries
+        would reach half XLA's limit, if that is at least twice the compiled batch (the line is
+        drawn upwards from its smaller plan); else the smallest of 8 or more below it, else 1.
+        That batch is guessed from the compiled plan, all its temporaries taken to grow with the
+        batch (so the guess is short of it).
         """
         anchors = self.anchors
         if len(anchors) >= 2 or not self.points:
@@ -316,8 +301,8 @@ class PlanCurve:
         ref = anchors[0] if anchors else self.points[0]
         known = {p.batch for p in self.points}
         per_sample = max(1, ref.temp_bytes // ref.batch)
-        limit_batch = max(1, self.remat_limit_bytes(ref.io_bytes) // per_sample)
-        candidates = [1 << k for k in range(0, 24) if (1 << k) <= max(1, limit_batch // 2) and (1 << k) not in known]
+        region_batch = max(1, self.remat_limit_bytes(ref.io_bytes) // 2 // per_sample)
+        candidates = [1 << k for k in range(0, 24) if (1 << k) <= region_batch and (1 << k) not in known]
         above = [c for c in candidates if c >= 2 * ref.batch]
         if above:
             return max(above)
