@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,35 @@ def test_turns_are_first_come_first_served_and_a_leaver_lets_the_others_move_up(
     # b left before c came; each place only falls.
     assert places["b"] == [1] and places["c"] == [1] and places["d"][0] == 2 and places["d"] == sorted(places["d"])[::-1]
     assert q.waiting() == 0
+
+
+def test_a_background_child_runs_lower_and_ends_when_its_parent_is_killed(tmp_path):
+    """A parent process starts a child that asks for the parent-death signal (as the compile workers
+    do), then is killed with SIGKILL: the kernel ends the child too, with its own process group."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    parent = tmp_path / "parent.py"
+    parent.write_text(
+        "import sys, time\n"
+        "from calc.workers.protocol import Child, background_env, child_env\n"
+        "code = ('import os, sys, time; from calc.workers.child import follow_parent; follow_parent(dict(os.environ)); '\n"
+        "        'print(os.getpid(), os.nice(0), os.getpgid(0), flush=True); time.sleep(120)')\n"
+        "child = Child((sys.executable, '-c', code), background_env(child_env(), 7))\n"
+        "print(child._stdout.readline().decode().strip(), flush=True)\n"
+        "time.sleep(120)\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, env=env)
+    try:
+        pid, nice, group = map(int, proc.stdout.readline().split())
+        assert nice == os.nice(0) + 7 and group == pid  # lower priority, its own process group
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}")
+    finally:
+        proc.kill()

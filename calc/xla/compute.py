@@ -18,7 +18,6 @@ from typing import Any, Callable
 import calc.xla.cache as cache
 from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
-from calc.workers.plans import PlanWorker
 from calc.xla.curve import PlanCurve, compiled_point
 from calc.xla.plan import TIMEOUT_S, PlanError, XlaPlan, drawn_plan, plan_from_analysis
 from calc.xla.targets import target_for
@@ -26,12 +25,14 @@ from calc.xla.targets import target_for
 _flights: dict[tuple[str, int], threading.Lock] = {}
 _flights_guard = threading.Lock()
 COMPILES: list[tuple[str, int]] = []  # (family, batch) compiled by this process, in order (tests check single flight)
-_worker: PlanWorker | None = None
+_worker: Any = None  # calc.workers.plans.PlanWorker, made on first use
 _worker_guard = threading.Lock()
 
 
-def _shared_worker() -> PlanWorker:
-    """This process's compile worker, started on first use and stopped at exit."""
+def _shared_worker() -> Any:
+    """This process's compile worker (``PlanWorker``), started on first use and stopped at exit."""
+    from calc.workers.plans import PlanWorker  # here: calc.workers.plans imports calc.xla's errors
+
     global _worker
     with _worker_guard:
         if _worker is None:
