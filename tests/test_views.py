@@ -224,3 +224,35 @@ def test_the_dashboard_shows_no_emoji_and_names_its_icons_from_material():
         assert not emoji.search(text), (path.name, emoji.findall(text))
         for icon in re.findall(r"""icon=(["'][^"']*["'])""", text):
             assert icon.strip("\"'").startswith(":material/"), (path.name, icon)
+
+
+def test_without_a_plan_of_the_batch_a_compiled_plan_decides_the_verdict_where_it_can():
+    """Plans grow with the batch: a larger compiled batch that fits says a smaller one fits; a smaller
+    one that does not fit says a larger one does not; between them the walk stands in without a verdict."""
+    from calc.gpus import GPU_PRESETS
+    from calc.xla import KnownPlans, PlanCurve, XlaPlan, plan_budget
+    from calc.xla.curve import CompiledPoint
+    from dashboard.state import Inputs
+    from dashboard.views import estimate_view, verdict
+    from dashboard.xla_view import shown_pending, xla_answer
+
+    gpu, gib = GPU_PRESETS["t4"], 2**30
+
+    def plan(peak):
+        return XlaPlan(100, 200, 300, peak - 608, 8, 0, target="t4")
+
+    plans = {8: plan(2 * gib), 64: plan(20 * gib)}  # 20 GiB: more than a T4
+    known = KnownPlans(plans, PlanCurve.of([CompiledPoint(b, p.peak_bytes, 20 * gib) for b, p in plans.items()],
+                                           16 * gib))  # temporaries past XLA's limit: no line
+    profile = get_profile(make_spec("MobileNetV2"))
+    for batch, fits in ((4, True), (30, None), (100, False)):
+        inputs = Inputs(model="MobileNetV2", batch_size=batch, gpu="t4")
+        view = estimate_view(profile, inputs, gpu)
+        shown = shown_pending(view, inputs, xla_answer(known, batch, plan_budget(gpu, 0.05)))
+        assert not shown.final and shown.peak_bytes == view.breakdown.peak_bytes  # the walk's peak, named so
+        assert "walk" in shown.peak_label and shown.max_batch == 8 and shown.searching and shown.below == 64
+        if fits is None:
+            assert shown.decided_by is None and verdict(shown, inputs).startswith("XLA's plan of this batch is not known")
+        else:
+            assert shown.decided_by == ((8, 2 * gib + gpu.overhead_bytes) if fits else (64, 20 * gib + gpu.overhead_bytes))
+            assert shown.fits is fits and verdict(shown, inputs).startswith("Fits" if fits else "Does not fit")
