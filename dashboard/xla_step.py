@@ -107,7 +107,10 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         if state.base_plan is None:
             wants.append(Want(base, Kind.REFINE, batch=per_device))
     curves = {setup: answer.known.curve}
-    wants = [w for w in wants if w.next_batch(curves.setdefault(w.setup, w.setup.curve())) is not None]
+    for want in wants:
+        if want.setup not in curves:
+            curves[want.setup] = want.setup.curve()
+    wants = [w for w in wants if w.next_batch(curves[w.setup]) is not None]
     state.wants = tuple(wants)
     if not wants:
         xla_jobs.scheduler().ask(session_id(), [])
