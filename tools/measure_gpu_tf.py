@@ -2,7 +2,7 @@
 
     python tools/measure_gpu_tf.py cases                      # the GPU slice's case ids
     python tools/measure_gpu_tf.py measure OUT.json [--xla] [--jobs 8] [--limit-mib 10240]
-                                   [--repeats 2] [--deadline-s 480] [--planned [--seed N]] [SUBSTRING ...]
+                                   [--repeats 2] [--deadline-s 480] [--planned [--seed N] [--set S]] [SUBSTRING ...]
     python tools/measure_gpu_tf.py merge FROM.json INTO.json   # here: a machine's results into a data file
     python -m calc validate --data calc/data/gpu_tf_h100.json      # here: the engine against them
 
@@ -17,7 +17,8 @@ whole card, so every allocator starts alike. ``--xla`` compiles the step with XL
 ``--planned`` measures the GPU holdout in ``validation/planned.json`` instead of the slice:
 set ``gpu_xla`` with ``--xla``, ``gpu`` without (``tools/sample_holdout.py --gpu``, committed
 with its predictions before it is measured); ``--seed N`` keeps only the holdout drawn with
-that seed, so that holdouts measured before are not measured again.
+that seed, so that holdouts measured before are not measured again; ``--set`` names another
+planned set (``gpu_xla_limit``: steps at the card's limit, ``tools/near_limit.py``).
 
 Cases are taken largest-first and saved as each finishes, in the validation file format,
 so a run stopped at its time limit keeps what it measured; ``--deadline-s`` stops
@@ -63,19 +64,19 @@ def gpu_cases() -> list[tuple]:
     return [by_id[cid] for cid in sorted(chosen, key=lambda cid: -cpu.get(cid, 0))]
 
 
-def holdout_cases(xla: bool, seed: int | None = None) -> list[tuple]:
-    """The planned GPU holdout (set ``gpu_xla`` or ``gpu``; with ``seed``, that draw only), largest
-    prediction first."""
-    validation_set = "gpu_xla" if xla else "gpu"
+def holdout_cases(xla: bool, seed: int | None = None, validation_set: str | None = None) -> list[tuple]:
+    """The planned GPU holdout (set ``gpu_xla`` or ``gpu``, or ``validation_set``; with ``seed``, that draw
+    only), largest prediction first."""
+    validation_set = validation_set or ("gpu_xla" if xla else "gpu")
     predicted = planned_predictions(validation_set, seed=seed)
     return sorted(planned_cases(validation_set, seed=seed), key=lambda sc: -predicted.get(case_id(*sc), 0))
 
 
 def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, deadline_s: float,
-            names: list[str], planned: bool = False, seed: int | None = None) -> None:
+            names: list[str], planned: bool = False, seed: int | None = None, planned_set: str | None = None) -> None:
     os.environ["CALC_GPU_MEMORY_LIMIT_MIB"] = str(limit_mib)
     done = {c["case"] for c in load_measurements(out)["cases"]}
-    todo = [(s, replace(c, device="gpu")) for s, c in (holdout_cases(xla, seed) if planned else gpu_cases())
+    todo = [(s, replace(c, device="gpu")) for s, c in (holdout_cases(xla, seed, planned_set) if planned else gpu_cases())
             if case_id(s, c) not in done and (not names or any(n in case_id(s, c) for n in names))]
     print(f"{len(todo)} cases to measure, xla={xla}, {jobs} at a time, {limit_mib} MiB each", flush=True)
     started = time.monotonic()
@@ -134,11 +135,13 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=480.0)
     parser.add_argument("--planned", action="store_true", help="the GPU holdout of validation/planned.json")
     parser.add_argument("--seed", type=int, help="with --planned: only the holdout drawn with this seed")
+    parser.add_argument("--set", dest="planned_set", help="with --planned: this set of validation/planned.json "
+                                                          "(default gpu_xla with --xla, gpu without)")
     args = parser.parse_args()
     if args.seed is not None and not args.planned:
         parser.error("--seed picks a planned holdout: use it with --planned")
     if args.command == "cases":
-        for s, c in (holdout_cases(args.xla, args.seed) if args.planned else gpu_cases()):
+        for s, c in (holdout_cases(args.xla, args.seed, args.planned_set) if args.planned else gpu_cases()):
             print(case_id(s, c))
         return
     if args.command == "merge":
@@ -149,7 +152,8 @@ def main() -> None:
     if not args.out:
         parser.error("measure needs OUT.json")
     measure(Path(args.out), xla=args.xla, jobs=args.jobs, limit_mib=args.limit_mib, repeats=args.repeats,
-            deadline_s=args.deadline_s, names=args.names, planned=args.planned, seed=args.seed)
+            deadline_s=args.deadline_s, names=args.names, planned=args.planned, seed=args.seed,
+            planned_set=args.planned_set)
 
 
 if __name__ == "__main__":
