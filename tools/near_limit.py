@@ -33,7 +33,9 @@ from calc.xla.search import search_curve
 
 GIB = 2**30
 SET = "gpu_xla_limit"
-TAG = 3701  # the --seed that names this draw in planned.json (calc.validation.planned.drawn_seed)
+# The --seed that names each card's draw in planned.json (calc.validation.planned.drawn_seed), so that a
+# machine measures the steps predicted for its own card: measure_limit.sh OUT DEADLINE SEED.
+TAGS = {"h100-80": 3701, "h200": 3702}
 
 
 def setup(name: str) -> tuple:
@@ -68,7 +70,7 @@ def predict(name: str, gpu: str) -> list[tuple]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu", default="h100-80", help="the card the measurement runs on (a preset key)")
+    parser.add_argument("--gpu", default="h100-80", choices=sorted(TAGS), help="the card the measurement runs on")
     parser.add_argument("--models", default="ResNet50,MobileNetV2,VGG16")
     parser.add_argument("--save", action="store_true", help=f"add the steps to validation/planned.json (set {SET})")
     args = parser.parse_args(argv)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             line_text = f"{line / GIB:9.2f}G" if line is not None else "         -"
             print(f"{spec.key + ' b' + str(config.batch_size) + ' ' + config.optimizer.value:58s} "
                   f"{plan / GIB:9.2f}G {line_text} {walk / GIB:9.2f}G  {'fits' if fits else 'does not fit'}")
-            planned.append((spec, config, plan, f"near_limit.py --gpu {args.gpu} --seed {TAG}"))
+            planned.append((spec, config, plan, f"near_limit.py --gpu {args.gpu} --seed {TAGS[args.gpu]}"))
     if args.save:
         add_planned(planned, SET)
         print(f"{len(planned)} steps -> validation/planned.json (set {SET})")

@@ -3,7 +3,8 @@
 # /tmp/tfw (tools/gpu_tf/prepare.sh): measures TensorFlow's XLA step at the card's limit,
 # the steps of set gpu_xla_limit in validation/planned.json (tools/near_limit.py, committed
 # with the plan's predictions before this runs).
-#   bash tools/gpu_tf/measure_limit.sh OUT_DIR [DEADLINE_S]
+#   bash tools/gpu_tf/measure_limit.sh OUT_DIR DEADLINE_S SEED
+# SEED names the card's draw (tools/near_limit.py: 3701 for an H100, 3702 for an H200).
 # One step at a time, each in a fresh process whose allocator may take the whole card less
 # LIMIT_SLACK_MIB (default 1024, for the CUDA context): XLA plans against 80 % of the card's
 # memory whatever TensorFlow's allocator holds, and a step above the plan's largest batch is
@@ -13,6 +14,7 @@
 set -uo pipefail
 out=${1:?OUT_DIR}
 deadline=${2:-480}
+seed=${3:?SEED: 3701 on an H100, 3702 on an H200}
 mkdir -p "$out"
 bash .gpu/w/setup.sh > "$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exit 1; }
 source .gpu/w/env.sh
@@ -20,5 +22,5 @@ total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 export PYTHONUNBUFFERED=1
 timeout -k 5 $((deadline + 20)) python3 tools/measure_gpu_tf.py measure "$out/gpu_xla_limit.json" --planned \
-  --set gpu_xla_limit --xla --jobs 1 --limit-mib $((total - ${LIMIT_SLACK_MIB:-1024})) --repeats 1 \
+  --set gpu_xla_limit --seed "$seed" --xla --jobs 1 --limit-mib $((total - ${LIMIT_SLACK_MIB:-1024})) --repeats 1 \
   --deadline-s "$deadline" 2>&1 | tee "$out/limit.log"
