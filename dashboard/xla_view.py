@@ -128,6 +128,20 @@ def margin_line(answer: XlaAnswer, inputs: Inputs) -> str | None:
               under=-budget.measured.worst_under / (1 + budget.measured.worst_under))
 
 
+def remat_note(answer: XlaAnswer, inputs: Inputs) -> str | None:
+    """When the largest batch fits only because XLA recomputes activations: how much, and that it is unmeasured."""
+    best, curve = answer.max_batch, answer.known.curve
+    if best is None or not best.batch or (plan := answer.known.plans.get(best.batch)) is None:
+        return None
+    line = curve.line_peak(best.batch)
+    if line is None or (curve.line_end() or 0) >= best.batch or plan.peak_bytes >= line:
+        return None
+    return tr("XLA fits the largest batch by recomputing activations: its plan at batch {batch} is {plan}, {under:.0%} "
+              "under the straight line through plans that keep them all ({line}). No training step has been measured "
+              "at a card's limit yet.", batch=best.batch * inputs.num_gpus, plan=fmt(plan.peak_bytes, inputs),
+              under=1 - plan.peak_bytes / line, line=fmt(line, inputs))
+
+
 def largest_batch_cell(answer: XlaAnswer | None, walk_batch: int, gpus: int) -> str:
     """The Compare page's cell: XLA's largest batch where known (marked when still a lower bound),
     else the walk's, marked as such."""

@@ -11,7 +11,7 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 from dashboard.xla_step import show_xla_notes, xla_state
-from dashboard.xla_view import margin_line
+from dashboard.xla_view import margin_line, remat_note
 
 ensure_routed()
 charts.preload()
@@ -40,6 +40,8 @@ if (remat := views.remat_line(shown, inputs)) is not None:
     st.caption(remat)
 if shown.step == "xla" and (margin := margin_line(xla.answer, inputs)) is not None:
     st.caption(margin)
+if shown.step == "xla" and (recompute := remat_note(xla.answer, inputs)) is not None:
+    st.caption(recompute)
 if shown.step == "graph" and shown.final:
     st.caption(accuracy_line())
 st.caption(xla_line(shown.step))

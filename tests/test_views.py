@@ -256,3 +256,32 @@ def test_without_a_plan_of_the_batch_a_compiled_plan_decides_the_verdict_where_i
         else:
             assert shown.decided_by == ((8, 2 * gib + gpu.overhead_bytes) if fits else (64, 20 * gib + gpu.overhead_bytes))
             assert shown.fits is fits and verdict(shown, inputs).startswith("Fits" if fits else "Does not fit")
+
+
+def test_a_largest_batch_that_fits_only_by_recomputation_says_so_and_that_it_is_unmeasured():
+    from calc.gpus import GPU_PRESETS
+    from calc.xla import KnownPlans, PlanCurve, XlaPlan, plan_budget
+    from calc.xla.curve import CompiledPoint
+    from dashboard.state import Inputs
+    from dashboard.xla_view import remat_note, xla_answer
+
+    gib, mib, memory = 2**30, 2**20, 16 * 2**30
+    gpu = GPU_PRESETS["t4"]
+
+    def plan(batch, temp):
+        return XlaPlan(100 * mib, 200 * mib, batch * mib, temp, 8, 0, target="t4")
+
+    # On the line at 8 and 16 (80 MiB a sample); past XLA's limit the plans are held at about 11 GiB.
+    plans = {8: plan(8, 8 * 80 * mib), 16: plan(16, 16 * 80 * mib), 200: plan(200, 11 * gib), 201: plan(201, 11 * gib)}
+    plans[202] = plan(202, 13 * gib)  # recomputation no longer saves enough
+    known = KnownPlans(plans, PlanCurve.of([CompiledPoint(b, p.peak_bytes, p.temporaries_bytes)
+                                            for b, p in plans.items()], memory))
+    answer = xla_answer(known, 16, plan_budget(gpu, 0.05))
+    assert answer.max_batch.settled and answer.max_batch.batch == 201
+    line = known.curve.line_peak(201)
+    note = remat_note(answer, Inputs(batch_size=16, gpu="t4"))
+    assert note is not None and f"{1 - plans[201].peak_bytes / line:.0%} under the straight line" in note
+    assert "No training step has been measured" in note
+    on_line = KnownPlans({b: plans[b] for b in (8, 16)}, PlanCurve.of(
+        [CompiledPoint(b, plans[b].peak_bytes, plans[b].temporaries_bytes) for b in (8, 16)], memory))
+    assert remat_note(xla_answer(on_line, 16, plan_budget(gpu, 0.05)), Inputs(batch_size=16, gpu="t4")) is None
