@@ -1,6 +1,8 @@
 """Serving a team: one build per model however many ask at once, bounded caches, server settings."""
 
+import contextlib
 import os
+import signal
 import threading
 import time
 import tomllib
@@ -456,3 +458,66 @@ def test_the_first_load_benchmark_shows_its_help():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_redraw.py"), "--changes", "1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "--changes must be 2..50" in out.stderr  # refused before any server starts
+
+
+# --- a server stopped while it compiles leaves no process behind -------------------------
+
+def _compile_children(server_pid: int) -> list[int]:
+    """The processes a server started to compile XLA's plans: they carry its pid (``background_env``)."""
+    marker = f"CALC_CHILD_DIES_WITH={server_pid}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.keras
+@pytest.mark.server
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_server_stopped_while_it_compiles_leaves_no_process_of_its_own(tmp_path, monkeypatch, signum):
+    """A visitor's tab asks for a plan nothing ships; once the compile runs, the server is stopped as a
+    service manager stops it (SIGTERM, or SIGKILL after its timeout): 15 s later none of its processes
+    is left."""
+    import asyncio
+    import time
+
+    from calc import xla
+
+    if xla.unavailable_reason() is not None:
+        pytest.skip(xla.unavailable_reason())
+    load_test, visitors = _benchmark("load_test"), _benchmark("xla_visitors")
+    monkeypatch.setenv("CALC_XLA_COMPILES", "on")
+    port = load_test.free_port()
+    server = load_test.start_server(port, str(tmp_path))
+    try:
+        load_test.wait_healthy(server, port)
+        tab = visitors.Visitor(f"ws://127.0.0.1:{port}/_stcore/stream",
+                               "model=MobileNetV2&image_size=96&batch_size=7&optimizer=sgd&gpu=t4")
+
+        async def until_compiling() -> list[int]:
+            await tab.connect()
+            await tab.open(time.monotonic() + 120)
+            deadline = time.monotonic() + 120
+            while not (children := _compile_children(server.pid)) and time.monotonic() < deadline:
+                await tab.until(lambda: False, time.monotonic() + 0.5)
+            await tab.close()
+            return children
+
+        children = asyncio.run(until_compiling())
+        assert children, "no compile started"
+        os.kill(server.pid, signum)
+        deadline = time.monotonic() + 15
+        while (server.poll() is None or _compile_children(server.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server.poll() is not None and not _compile_children(server.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(10)
