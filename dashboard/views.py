@@ -269,11 +269,6 @@ def x_axis_end(*batches: int) -> int:
     return max(16, round(1.3 * max(batches)))
 
 
-def plan_budget_bytes(view: EstimateView) -> int:
-    """What one device's plan may take under the walk's margin: the usable memory less the framework overhead."""
-    return view.usable_bytes - view.overhead_bytes
-
-
 def remat_delta(shown: ShownStep, inputs: Inputs) -> str | None:
     """The peak metric's delta: what remat changes against the plan without it (negative saves)."""
     if shown.remat_saving_bytes is None:
