@@ -32,6 +32,7 @@ END = "<!-- accuracy-tables:end -->"
 # The README's one table: these reports, in this order.
 README_REPORTS = ("validation_cpu_report.json", "validation_custom_cpu_report.json", "gpu_tf_h100_report.json",
                   "gpu_tf_h100_xla_plan_report.json")
+CURVE_REPORT = "xla_curve_accuracy.json"  # tools/curve_accuracy.py --save
 BEYOND = 0.10  # the share of cases whose |error| is above this is a column of its own
 
 # What each report scores, in the order the tables list them: (report file, the slice, the step
@@ -129,6 +130,23 @@ def within_runs_table(rows) -> list[str]:
     return lines
 
 
+def curve_table(report: dict[str, Any]) -> list[str]:
+    """XLA's drawn curve against plans compiled at the same batches (``tools/curve_accuracy.py``)."""
+    s = report["summary"]
+    lines = [f"{s['configurations']} configurations, {s['drawn_points']} drawn points: median |error| "
+             f"{percent(s['median_abs_error'])}, max {percent(s['max_abs_error'])}; the largest batch settled by "
+             f"compiled plans in {s['settled']} of {s['configurations']}.", "",
+             "| configuration | plans drawn through | line to | drawn points | worst | past the line's end, the plan "
+             "under the line | largest batch | search compiles |", "|---|---|---|---|---|---|---|---|"]
+    for case in report["cases"]:
+        worst = max((abs(p["error"]) for p in case["points"]), default=0.0)
+        bend = ", ".join(f"{b['batch']}: {percent(b['under_line'], sign=True)}" for b in case["beyond"]) or "-"
+        best = f"{case['max_batch']:,}" + ("" if case["settled"] else " (not settled)")
+        lines.append(f"| {case['case']} | {', '.join(str(b) for b in case['anchors'])} | {case['line_end'] or '-'} | "
+                     f"{len(case['points'])} | {percent(worst)} | {bend} | {best} | {case['search_compiles']} |")
+    return lines
+
+
 def tables(data_dir: Path = DATA_DIR) -> str:
     """The generated part of docs/ACCURACY.md."""
     rows = reports(data_dir)
@@ -139,6 +157,10 @@ def tables(data_dir: Path = DATA_DIR) -> str:
         if name in by_name:
             parts += [f"### By what makes runs of a step differ: {title}", "", *caveat_table(by_name[name]), ""]
     parts += ["### TensorFlow against itself", "", *noise_table(rows), "", *within_runs_table(rows)]
+    curve = data_dir / CURVE_REPORT
+    if curve.exists():
+        parts += ["", "### XLA's curve: drawn points against plans compiled at the same batches", "",
+                  *curve_table(json.loads(curve.read_text()))]
     return "\n".join(parts) + "\n"
 
 

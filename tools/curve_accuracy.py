@@ -80,8 +80,8 @@ def run_case(case: dict, first_batch: int, margin: float) -> dict:
         beyond = []
         for batch in (round(end * 1.15), round(end * 1.3)):
             compiled = plan_at(batch)
-            peak, _, _ = line._line(batch) or (0.0, 0.0, ())
-            beyond.append({"batch": batch, "compiled_bytes": compiled.peak_bytes, "line_bytes": round(peak),
+            peak = line.line_peak(batch) or 1
+            beyond.append({"batch": batch, "compiled_bytes": compiled.peak_bytes, "line_bytes": peak,
                            "under_line": (compiled.peak_bytes - peak) / peak})
     else:
         beyond = []
