@@ -129,17 +129,18 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         for spec, config, gpu in validation_requests():
             xla.compute_plan(spec, config, gpu)
-        for spec, config, cards, margin in curve_setups(models, gpus):
-            for gpu in cards:
-                if args.minutes and time.monotonic() - started > 60 * args.minutes:
-                    print("time is up: writing what is compiled")
-                    break
-                try:
-                    line = compile_curve(spec, config, gpu, margin)
-                except PlanError as exc:
-                    line = f"failed: {exc}"
-                print(f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}: {line} "
-                      f"({time.monotonic() - started:.0f} s)", flush=True)
+        curves = [(spec, config, gpu, margin) for spec, config, cards, margin in curve_setups(models, gpus)
+                  for gpu in cards]
+        for spec, config, gpu, margin in curves:
+            if args.minutes and time.monotonic() - started > 60 * args.minutes:
+                print("time is up: writing what is compiled")
+                break
+            try:
+                line = compile_curve(spec, config, gpu, margin)
+            except PlanError as exc:
+                line = f"failed: {exc}"
+            print(f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}: {line} "
+                  f"({time.monotonic() - started:.0f} s)", flush=True)
     write()
     return 0
 
