@@ -206,7 +206,7 @@ class PlanCurve:
         return lo, (min(over) if over else None)
 
     def line_crossing(self, budget_bytes: int) -> int | None:
-        """The largest batch whose drawn point fits the budget (None: no line, or not even batch 1)."""
+        """The largest batch whose drawn point fits the budget (None: no line, or not even at its start)."""
         end, start = self.line_end(), self.line_start()
         if end is None or start is None or self.drawn(start).peak_bytes > budget_bytes:  # type: ignore[union-attr]
             return None
