@@ -154,6 +154,29 @@ def test_a_second_compile_waits_for_the_first_on_this_machine():
     assert overlaps == [0, 0, 0]
 
 
+def test_a_process_that_compiles_in_a_row_hands_the_machine_to_one_that_waits():
+    """Without the hand-over, the next compile of a tool that compiles one plan after another takes the
+    machine's lock again before a waiter tries (every 0.2 s), and the waiter starves."""
+    order = []
+
+    def runner(request):
+        order.append(request["config"]["batch_size"])
+        time.sleep(0.3)
+        return fake_analysis(request["config"]["batch_size"])
+
+    def in_a_row():
+        for b in (1, 2, 3, 4, 5):
+            xla.compute_plan(make_spec("ResNet50", 64), TrainingConfig(batch_size=b), "t4", runner=runner)
+
+    row = threading.Thread(target=in_a_row)
+    row.start()
+    while not order:
+        time.sleep(0.01)
+    xla.compute_plan(make_spec("MobileNetV2", 64), TrainingConfig(batch_size=99), "t4", runner=runner)
+    row.join()
+    assert order.index(99) <= 2  # right after the compile it waited for, or the one after
+
+
 def test_a_child_that_ends_without_an_answer_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr("sys.executable", "/bin/sleep")
     monkeypatch.setattr(plans, "plan_env", lambda: {})

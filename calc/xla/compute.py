@@ -22,6 +22,7 @@ from calc.xla.curve import PlanCurve, compiled_point
 from calc.xla.plan import TIMEOUT_S, PlanError, XlaPlan, drawn_plan, plan_from_analysis
 from calc.xla.targets import target_for
 
+LOCK_HANDOFF_S = 0.5
 _flights: dict[tuple[str, int], threading.Lock] = {}
 _flights_guard = threading.Lock()
 COMPILES: list[tuple[str, int]] = []  # (family, batch) compiled by this process, in order (tests check single flight)
@@ -102,6 +103,9 @@ def compile_request(request: dict[str, Any], key: str, *, timeout_s: float = TIM
             finally:
                 if lock is not None:
                     lock.close()
+                    # The machine to another process that waits for it: this one's next compile would
+                    # otherwise take the lock again before a waiter's next try (every 0.2 s).
+                    time.sleep(LOCK_HANDOFF_S)
     return raw
 
 
