@@ -137,13 +137,13 @@ def curve_table(report: dict[str, Any]) -> list[str]:
              f"{percent(s['median_abs_error'])}, max {percent(s['max_abs_error'])}; the largest batch settled by "
              f"compiled plans in {s['settled']} of {s['configurations']}.", "",
              "| configuration | plans drawn through | line to | drawn points | worst | past the line's end, the plan "
-             "under the line | largest batch | search compiles |", "|---|---|---|---|---|---|---|---|"]
+             "against the line | largest batch |", "|---|---|---|---|---|---|---|"]
     for case in report["cases"]:
         worst = max((abs(p["error"]) for p in case["points"]), default=0.0)
         bend = ", ".join(f"{b['batch']}: {percent(b['under_line'], sign=True)}" for b in case["beyond"]) or "-"
         best = f"{case['max_batch']:,}" + ("" if case["settled"] else " (not settled)")
         lines.append(f"| {case['case']} | {', '.join(str(b) for b in case['anchors'])} | {case['line_end'] or '-'} | "
-                     f"{len(case['points'])} | {percent(worst)} | {bend} | {best} | {case['search_compiles']} |")
+                     f"{len(case['points'])} | {percent(worst)} | {bend} | {best} |")
     return lines
 
 
