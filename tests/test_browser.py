@@ -100,7 +100,7 @@ def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
     page.on("request", lambda r: requests.append(r.url))
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
-    page.get_by_text("Largest batch that fits").wait_for(timeout=180_000)
+    page.get_by_text("Largest batch").first.wait_for(timeout=180_000)
     for key in ("breakdown_chart", "curve_chart"):
         page.locator(f".st-key-{key} .js-plotly-plot .main-svg .trace").first.wait_for(timeout=60_000)
     names = "sel => document.querySelector(sel).data.map(t => t.name)"
