@@ -282,6 +282,17 @@ def test_measurement_failure_is_an_error_not_a_crash():
         measure_once(make_spec("ResNet50", 64), TrainingConfig(batch_size=2), timeout_s=0.5)
 
 
+def test_a_stopped_measurement_says_how_far_it_came():
+    """A run stopped at its time limit names its last stage (a GPU lease learns where the time went)."""
+    from calc.catalogue import make_spec
+    from calc.types import TrainingConfig
+    from calc.workers.measure import MeasurementError, measure_once
+
+    # One thread's first VGG16 step at b64 takes minutes; the build takes seconds.
+    with pytest.raises(MeasurementError, match=r"stopped: .*measure: (model built|inputs made, batch 64) at"):
+        measure_once(make_spec("VGG16", 224), TrainingConfig(batch_size=64, optimizer="sgd"), timeout_s=30)
+
+
 @pytest.mark.parametrize("name", ["ResNet50", "MobileNetV3Small", "ConvNeXtTiny"])
 def test_shipped_profiles_equal_a_fresh_build(name, keras):
     """The gzipped ledgers in calc/data/profiles are what the adapter builds today."""

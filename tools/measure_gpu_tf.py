@@ -20,7 +20,8 @@ with its predictions before it is measured); ``--seed N`` keeps only the holdout
 that seed, so that holdouts measured before are not measured again; ``--set`` names another
 planned set (``gpu_xla_limit``: steps at the card's limit, ``tools/near_limit.py``).
 
-Cases are taken largest-first and saved as each finishes, in the validation file format,
+Cases are taken largest-first (in set ``gpu_xla_limit``, the batches predicted to fit first)
+and saved as each finishes, in the validation file format,
 so a run stopped at its time limit keeps what it measured; ``--deadline-s`` stops
 starting new cases after that many seconds. On a GPU machine, ``tools/gpu_tf/`` provides
 TensorFlow and puts this checkout on ``PYTHONPATH``.
@@ -49,6 +50,7 @@ MIB = 1 << 20
 SAMPLE_SEED = 2026
 SAMPLE_SIZE = 36
 MAX_CPU_PEAK = 5 << 30  # keeps each run well inside its region
+LIMIT_SET = "gpu_xla_limit"  # steps at the card's limit (tools/near_limit.py)
 
 
 def gpu_cases() -> list[tuple]:
@@ -69,7 +71,16 @@ def holdout_cases(xla: bool, seed: int | None = None, validation_set: str | None
     only), largest prediction first."""
     validation_set = validation_set or ("gpu_xla" if xla else "gpu")
     predicted = planned_predictions(validation_set, seed=seed)
-    return sorted(planned_cases(validation_set, seed=seed), key=lambda sc: -predicted.get(case_id(*sc), 0))
+    chosen = planned_cases(validation_set, seed=seed)
+    if validation_set == LIMIT_SET:
+        # Each model's largest batch predicted to fit before any batch above it: a lease that ends
+        # early has measured the steps that answer "does B run?" first.
+        batches: dict[str, list[int]] = {}
+        for spec, config in chosen:
+            batches.setdefault(spec.key, []).append(config.batch_size)
+        return sorted(chosen, key=lambda sc: (sorted(batches[sc[0].key]).index(sc[1].batch_size),
+                                              -predicted.get(case_id(*sc), 0)))
+    return sorted(chosen, key=lambda sc: -predicted.get(case_id(*sc), 0))
 
 
 def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, deadline_s: float,

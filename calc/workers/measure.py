@@ -64,7 +64,9 @@ def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout
                "trace": trace if trace == "history" else bool(trace)}
     outcome = run_once("measure", request, env=child_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes)
     if outcome.reply.failure == "time":
-        raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped")
+        # Its last stage (calc.keras.step's stderr lines) says where the time went.
+        raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped: "
+                               f"{' | '.join(outcome.tail) or 'it printed nothing'}")
     if outcome.reply.failure == "memory" and max_rss_bytes is not None:
         raise MeasurementError(f"measurement of {spec.key} passed its memory budget of {gib(max_rss_bytes)} "
                                "and was stopped")
