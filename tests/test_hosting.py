@@ -211,6 +211,34 @@ def test_an_answer_behind_chatter_in_one_write_is_read_at_once():
         w.close()
 
 
+def test_a_build_stopped_at_its_limit_is_answered_from_memory_not_rebuilt():
+    # Eight tabs (or reloads) asking for a size whose build passes a limit used to build it each time.
+    import sys
+
+    from calc.workers import builds
+    from calc.workers.builds import BuildError, BuildWorker
+
+    w = BuildWorker(timeout_s=1)
+    w.command = (sys.executable, "-c", "import sys, time\nfor line in sys.stdin:\n    time.sleep(60)")
+    try:
+        with pytest.raises(BuildError, match="more than 1 s"):
+            w.build(make_spec("VGG16", 544))
+        start = time.monotonic()
+        for _ in range(3):
+            with pytest.raises(BuildError, match="not tried again for 30 minutes"):
+                w.build(make_spec("VGG16", 544))
+        assert time.monotonic() - start < 0.5 and w.started == 1
+        with pytest.raises(BuildError, match="more than 1 s"):  # another size is tried
+            w.build(make_spec("VGG16", 545))
+        assert w.started == 2
+        w._failed[make_spec("VGG16", 544)] = (time.monotonic() - builds.FAILURE_MEMORY_S - 1, "old")
+        with pytest.raises(BuildError, match="more than 1 s"):  # and the first again once the memory lapses
+            w.build(make_spec("VGG16", 544))
+        assert w.started == 3
+    finally:
+        w.close()
+
+
 @pytest.mark.server
 def test_the_dashboard_server_never_imports_tensorflow():
     import subprocess

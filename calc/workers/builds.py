@@ -13,6 +13,7 @@ memory passes a limit, and exits after a while without work or when the server e
 from __future__ import annotations
 
 import threading
+import time
 
 from calc.catalogue import ModelSpec
 from calc.profile_json import profile_from_dict
@@ -30,6 +31,10 @@ class BuildError(ValueError):
 # busy 2-core machine, the child's start 10-15 s more: a build past this is stopped, so that the
 # builds queued behind it (dashboard.turns.BUILDS) wait at most this long for one.
 BUILD_TIMEOUT_S = 90.0
+# A build stopped for a limit (its time or memory) is answered from memory this long, so that
+# reloads of one link (or eight tabs asking for the same size) do not rebuild it each time.
+FAILURE_MEMORY_S = 1800.0
+MAX_FAILURES_KEPT = 256
 
 
 class BuildWorker:
@@ -58,14 +63,22 @@ class BuildWorker:
         self._idle_timer: threading.Timer | None = None
         self.started = 0  # children started so far
         self.builds = 0
+        self._failed: dict[ModelSpec, tuple[float, str]] = {}  # spec -> (when, message), for a limit
 
     @property
     def pid(self) -> int | None:
         return self._child.proc.pid if self._child is not None and self._child.proc.poll() is None else None
 
     def build(self, spec: ModelSpec) -> ModelProfile:
-        """Builds ``spec`` in the child and returns its profile; raises ``BuildError``."""
+        """Builds ``spec`` in the child and returns its profile; raises ``BuildError``.
+
+        A build stopped for its time or memory limit fails again at once for
+        ``FAILURE_MEMORY_S``, without a child.
+        """
         with self._lock:
+            remembered = self._remembered_failure(spec)
+            if remembered is not None:
+                raise BuildError(remembered)
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             child = self._ensure_started()
@@ -75,7 +88,10 @@ class BuildWorker:
                 reasons = {"time": f"it took more than {self.timeout_s:.0f} s and was stopped",
                            "memory": f"it passed the builder's memory budget of {gib(self.stop_rss_bytes)}"}
                 reason = reasons.get(reply.failure, "the builder process ended (out of memory?)")
-                raise BuildError(f"Building {spec.name} at {spec.height}x{spec.width} failed: {reason}")
+                message = f"Building {spec.name} at {spec.height}x{spec.width} failed: {reason}"
+                if reply.failure in reasons:
+                    self._remember_failure(spec, message)
+                raise BuildError(message)
             self.builds += 1
             if resident_bytes(child.proc.pid) > self.max_rss_bytes:
                 self._stop()  # the next build starts a fresh child
@@ -83,6 +99,22 @@ class BuildWorker:
         if reply.refusal is not None:
             raise BuildError(reply.refusal)
         return profile_from_dict(reply.answer)
+
+    def _remembered_failure(self, spec: ModelSpec) -> str | None:
+        failed = self._failed.get(spec)
+        if failed is None:
+            return None
+        when, message = failed
+        age = time.monotonic() - when
+        if age > FAILURE_MEMORY_S:
+            del self._failed[spec]
+            return None
+        return f"{message} ({age / 60:.0f} min ago; not tried again for {FAILURE_MEMORY_S / 60:.0f} minutes)"
+
+    def _remember_failure(self, spec: ModelSpec, message: str) -> None:
+        self._failed[spec] = (time.monotonic(), message)
+        while len(self._failed) > MAX_FAILURES_KEPT:
+            del self._failed[next(iter(self._failed))]  # the oldest first
 
     def close(self) -> None:
         with self._lock:
