@@ -221,3 +221,47 @@ def test_a_file_kept_for_xlas_plan_is_named_by_its_content_and_the_folder_is_bou
     assert [p.name for p in (tmp_path / "uploads").glob("*.h5")] == [Path(big.path).name]
     with pytest.raises(ValueError, match="Expected a .keras or .h5"):
         uploads.keep_upload(b"abc", "model.pkl")
+
+
+def _without_build_configs(node):
+    if isinstance(node, dict):
+        return {k: _without_build_configs(v) for k, v in node.items() if k != "build_config"}
+    if isinstance(node, list):
+        return [_without_build_configs(v) for v in node]
+    return node
+
+
+@pytest.mark.keras
+def test_a_sequential_model_without_its_build_configs_is_counted_from_its_input_layer():
+    """Keras builds each layer of a Sequential model from the shape the layers before it give; a file
+    that leaves every ``build_config`` out is counted the same way, to the parameter."""
+    import keras
+    from keras import layers as L
+
+    from calc.config_params import declared_params
+
+    models = [
+        keras.Sequential([keras.Input((40,)), L.Dense(30), L.Dropout(0.1), L.Dense(7, use_bias=False)]),
+        keras.Sequential([keras.Input((32, 28, 3)), L.Conv2D(16, 3), L.MaxPooling2D(2), L.Conv2D(8, 5, strides=2,
+                          padding="same"), L.AveragePooling2D(3, strides=1), L.Flatten(), L.Dense(10)]),
+        keras.Sequential([keras.Input((12,), dtype="int32"), L.Embedding(50, 8), L.LSTM(6, return_sequences=True),
+                          L.GRU(5), L.Reshape((5, 1)), L.Conv1D(4, 2, padding="causal"), L.GlobalAveragePooling1D(),
+                          L.Dense(3)]),
+        keras.Sequential([keras.Input((9, 5)), L.EinsumDense("abc,cd->abd", output_shape=(9, 11), bias_axes="d"),
+                          L.SeparableConv1D(6, 3, depth_multiplier=2), L.DepthwiseConv1D(2), L.Flatten(),
+                          L.EinsumDense("ab,bc->ac", output_shape=4)]),
+    ]
+    for model in models:
+        config = _without_build_configs(json.loads(json.dumps(keras.saving.serialize_keras_object(model))))
+        assert "build_config" not in json.dumps(config)
+        assert declared_params(config) == model.count_params(), [layer.name for layer in model.layers]
+
+
+def test_a_sequential_file_declaring_a_huge_layer_without_its_build_config_is_refused():
+    from calc.uploads import check_declared_params
+
+    config = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [None, 40000]}},
+        {"class_name": "Dense", "config": {"units": 40000}}]}}
+    with pytest.raises(ValueError, match="1,600,040,000"):
+        check_declared_params(config)
