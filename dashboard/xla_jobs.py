@@ -32,7 +32,7 @@ from typing import Any, Callable
 from calc import xla
 from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
-from calc.workers.plans import PlanCancelled, PlanWorker
+from calc.workers.plans import PlanBusy, PlanCancelled, PlanWorker
 from calc.xla import PlanCurve
 from calc.xla.compute import compile_request
 
@@ -40,7 +40,8 @@ COMPILES_ENV = "CALC_XLA_COMPILES"
 WORKERS_ENV = "CALC_XLA_WORKERS"
 LEASE_S = 12.0  # a want lapses this long after its session last asked for it
 FAILURE_KEPT_S = 1800.0  # a compile that failed is not tried again for this long
-MAX_CONFIGS = 12  # configurations with pending compiles, server-wide; past it a new one is refused
+BUSY_KEPT_S = 60.0  # one that found no room in the children's memory pool (calc.workers.pool)
+MAX_CONFIGS = 32  # configurations with pending compiles, server-wide (a class of thirty); past it one waits
 CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
 FIRST_ESTIMATE_S = (45.0, 15.0)  # a compile's seconds (new model, kept model) until this host has timed its own
 
@@ -241,22 +242,26 @@ class Scheduler:
 
     def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[int, float, Want]]:
         """Every compile some live want needs now and that is not running or failed: task -> (kind,
-        since, one want behind it); of at most ``max_configs`` configurations, those asked for first."""
-        tasks: dict[tuple[Setup, int], tuple[int, float, Want]] = {}
-        admitted = {setup for setup, _ in self._running}
-        for _, held in sorted(self._live(now), key=lambda item: min(item[1].since_s.values(), default=now)):
+        since, one want behind it); of at most ``max_configs`` configurations, the most urgent first."""
+        candidates: list[tuple[tuple[int, float], tuple[Setup, int], Want]] = []
+        for _, held in self._live(now):
             for want in held.wants:
                 batch = want.next_batch(self._curve(want.setup))
                 task = (want.setup, batch)
                 if batch is None or task in self._running or self._failure(task, now) is not None:
                     continue
-                if want.setup not in admitted:
-                    if len(admitted) >= self.max_configs:
-                        continue  # past the cap: waits for a place
-                    admitted.add(want.setup)
-                rank = (int(want.kind), held.since_s[want])
-                if task not in tasks or rank < tasks[task][:2]:
-                    tasks[task] = (*rank, want)
+                candidates.append(((int(want.kind), held.since_s[want]), task, want))
+        # Places go by urgency, then by age: a new configuration's first plan takes a place before
+        # another's search, so that a class's searches never hold back a newcomer's first number.
+        tasks: dict[tuple[Setup, int], tuple[int, float, Want]] = {}
+        admitted = {setup for setup, _ in self._running}
+        for rank, task, want in sorted(candidates, key=lambda c: c[0]):
+            if task[0] not in admitted:
+                if len(admitted) >= self.max_configs:
+                    continue  # past the cap: waits for a place
+                admitted.add(task[0])
+            if task not in tasks:
+                tasks[task] = (*rank, want)
         return tasks
 
     def _failure(self, task: tuple[Setup, int], now: float) -> str | None:
@@ -320,7 +325,7 @@ class Scheduler:
         setup, batch = task
         started = time.monotonic()
         warm = self._warm.get(id(worker)) == setup
-        error, finished = None, False
+        error, finished, kept_s = None, False, FAILURE_KEPT_S
         try:
             request, key = xla.family_request(setup.spec, replace(setup.config, batch_size=batch), setup.gpu_key,
                                               setup.remat)
@@ -328,6 +333,8 @@ class Scheduler:
             finished = True
         except PlanCancelled:
             pass
+        except PlanBusy as exc:  # the children's memory was taken: tried again soon, not in 30 minutes
+            error, kept_s = str(exc), BUSY_KEPT_S
         except xla.PlanError as exc:
             error = str(exc)
         except Exception as exc:  # noqa: BLE001 - the page shows one line, never a traceback
@@ -337,7 +344,7 @@ class Scheduler:
             self._idle.append(worker)
             self._warm[id(worker)] = setup if finished else None
             if error is not None:
-                self._failed[task] = (error, time.monotonic())
+                self._failed[task] = (error, time.monotonic() - (FAILURE_KEPT_S - kept_s))
             if finished:
                 self.compiled += 1
                 times = self._times[warm]

@@ -176,3 +176,106 @@ def test_a_background_child_runs_lower_and_ends_when_its_parent_is_killed(tmp_pa
         assert not os.path.exists(f"/proc/{pid}")
     finally:
         proc.kill()
+
+
+# --- one memory budget for all children together (calc.workers.pool) ----------------
+
+GIB = 1 << 30
+
+
+def test_the_pool_grants_what_fits_waits_for_room_and_refuses_in_one_line():
+    import threading
+
+    from calc.workers.pool import MemoryBusy, MemoryPool
+
+    pool = MemoryPool(10 * GIB)
+    first = pool.reserve(6 * GIB, what="a build", wait_s=0)
+    start = time.monotonic()
+    with pytest.raises(MemoryBusy, match=r"^The server's memory .*10.0 GiB.*a compile waited 0 s for 6.0 GiB") as busy:
+        pool.reserve(6 * GIB, what="a compile", wait_s=0.2)
+    assert "\n" not in str(busy.value) and 0.2 <= time.monotonic() - start < 2
+    assert pool.held_bytes == 6 * GIB  # a refused reservation holds nothing
+    threading.Timer(0.3, first.resize, args=(1 * GIB,)).start()  # the build ends: it keeps what it holds
+    second = pool.reserve(6 * GIB, what="a compile", wait_s=5)
+    assert pool.held_bytes == 7 * GIB and second.granted_bytes == 6 * GIB
+    with pytest.raises(MemoryBusy):
+        first.resize(5 * GIB, wait_s=0)  # growing back waits for room too
+    assert first.granted_bytes == 1 * GIB
+    first.release()
+    second.release()
+    with pool.reserve(64 * GIB, what="a huge compile", wait_s=0) as alone:  # more than the pool: the pool, alone
+        assert alone.granted_bytes == pool.total_bytes == pool.held_bytes
+    assert pool.held_bytes == 0
+
+
+def test_the_pool_is_the_setting_or_three_quarters_of_the_host(monkeypatch, tmp_path):
+    from calc.workers import pool
+
+    monkeypatch.setenv("CALC_CHILDREN_GIB", "12")
+    assert pool.pool_bytes() == 12 * GIB
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       25165824 kB\nMemFree:  1 kB\n")
+    assert pool.host_memory_bytes(str(meminfo)) == 24 * GIB
+    for setting in ("lots", "0", "nan", "1e9"):
+        monkeypatch.setenv("CALC_CHILDREN_GIB", setting)
+        monkeypatch.setattr(pool, "host_memory_bytes", lambda: 24 * GIB)
+        assert pool.pool_bytes() == 18 * GIB
+
+
+@pytest.fixture
+def small_pool(monkeypatch):
+    from calc.workers import pool
+
+    shared = pool.MemoryPool(256 << 20)
+    monkeypatch.setattr(pool, "_POOL", shared)
+    return shared
+
+
+def test_a_build_runs_under_what_the_pool_grants_and_waits_no_longer_than_its_limit(small_pool):
+    """The builder's own budget is 6 GiB; in a pool of 256 MiB its watchdog stops it at 256 MiB,
+    and while another child holds the pool it is refused in one line without a child."""
+    from calc.catalogue import make_spec
+    from calc.workers.builds import BuildError, BuildWorker
+
+    w = BuildWorker(timeout_s=2)
+    w.command = (sys.executable, "-c", "import sys, time\nfor line in sys.stdin:\n"
+                 "    block = bytearray(600 << 20); time.sleep(30)")
+    try:
+        with pytest.raises(BuildError, match="memory budget of 0.2 GiB"):
+            w.build(make_spec("MobileNetV2", 64))
+        assert small_pool.held_bytes == 0  # the stopped child's share is back
+        other = small_pool.reserve(200 << 20, what="an upload's reader", wait_s=0)
+        started = w.started
+        with pytest.raises(BuildError, match="in use by other visitors' work"):
+            w.build(make_spec("MobileNetV2", 72))
+        assert w.started == started and small_pool.held_bytes == 200 << 20
+        other.release()
+    finally:
+        w.close()
+
+
+def test_a_compile_waiting_for_room_in_the_pool_can_be_cancelled(small_pool):
+    import threading
+
+    from calc.workers.plans import PlanCancelled, PlanWorker
+
+    holder = small_pool.reserve(small_pool.total_bytes, what="a build", wait_s=0)
+    worker = PlanWorker(max_rss_bytes=128 << 20)
+    outcome = []
+
+    def compile_():
+        try:
+            worker.compile({"spec": {}, "config": {}}, timeout_s=60)
+        except Exception as exc:  # noqa: BLE001 - the test reads which
+            outcome.append(exc)
+
+    thread = threading.Thread(target=compile_)
+    thread.start()
+    time.sleep(0.5)
+    start = time.monotonic()
+    assert worker.cancel()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - start < 2.5
+    assert len(outcome) == 1 and isinstance(outcome[0], PlanCancelled) and worker.started == 0
+    holder.release()
+    worker.close()

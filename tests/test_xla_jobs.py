@@ -164,6 +164,29 @@ def test_past_its_cap_the_queue_refuses_new_configurations_with_one_line():
         capped.shutdown()
 
 
+def test_at_the_cap_a_newcomers_first_plan_takes_a_place_before_older_searches():
+    """Thirty visitors of a class: those who came first search for their largest batch, and a
+    newcomer's first number must not wait for all their searches to end."""
+    FakeWorker.gate = threading.Event()
+    capped = Scheduler(1, worker=FakeWorker, lease_s=5, max_configs=2)
+    try:
+        searching = [Want(setup(size=96 + 32 * i), Kind.SEARCH, budget_bytes=6 * GIB, start=40) for i in range(2)]
+        newcomer = Want(setup("MobileNetV2"), Kind.PLAN, batch=16)
+        capped.ask("s0", [searching[0]])
+        wait_for(lambda: FakeWorker.calls == [40])  # the first search runs
+        capped.ask("s1", [searching[1]])
+        progress = capped.ask("s2", [newcomer])
+        progress.update(capped.ask("s1", [searching[1]]))
+        assert progress[newcomer].state == "queued" and progress[searching[1]].state == "refused"
+        capped.ask("s0", [searching[0]])
+        FakeWorker.gate.set()
+        wait_for(lambda: len(FakeWorker.calls) >= 2)
+        assert FakeWorker.calls[1] == 16
+    finally:
+        FakeWorker.gate.set()
+        capped.shutdown()
+
+
 def test_with_compiles_off_nothing_runs(scheduler, monkeypatch):
     monkeypatch.setenv(xla_jobs.COMPILES_ENV, "off")
     want = Want(setup(), Kind.PLAN, batch=8)

@@ -20,6 +20,7 @@ from calc.profile_json import profile_from_dict
 from calc.requests import spec_to_dict
 from calc.types import ModelProfile
 from calc.workers.budgets import budget_bytes, gib
+from calc.workers.pool import MemoryBusy, Reservation, shared_pool
 from calc.workers.protocol import Child, child_command, child_env, resident_bytes
 
 
@@ -64,6 +65,7 @@ class BuildWorker:
         self.started = 0  # children started so far
         self.builds = 0
         self._failed: dict[ModelSpec, tuple[float, str]] = {}  # spec -> (when, message), for a limit
+        self._reserved: Reservation | None = None  # the child's share of the memory pool
 
     @property
     def pid(self) -> int | None:
@@ -81,20 +83,30 @@ class BuildWorker:
                 raise BuildError(remembered)
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
+            if self._reserved is None:
+                self._reserved = Reservation(shared_pool(), "a model's build")
+            try:  # the build's budget, from the pool all children share
+                limit = self._reserved.resize(self.stop_rss_bytes, wait_s=self.timeout_s)
+            except MemoryBusy as exc:
+                self._arm_idle_timer()
+                raise BuildError(str(exc)) from None
             child = self._ensure_started()
-            reply = child.ask(spec_to_dict(spec), timeout_s=self.timeout_s, max_rss_bytes=self.stop_rss_bytes)
+            reply = child.ask(spec_to_dict(spec), timeout_s=self.timeout_s, max_rss_bytes=limit)
             if reply.failure:
                 self._stop()
                 reasons = {"time": f"it took more than {self.timeout_s:.0f} s and was stopped",
-                           "memory": f"it passed the builder's memory budget of {gib(self.stop_rss_bytes)}"}
+                           "memory": f"it passed the builder's memory budget of {gib(limit)}"}
                 reason = reasons.get(reply.failure, "the builder process ended (out of memory?)")
                 message = f"Building {spec.name} at {spec.height}x{spec.width} failed: {reason}"
                 if reply.failure in reasons:
                     self._remember_failure(spec, message)
                 raise BuildError(message)
             self.builds += 1
-            if resident_bytes(child.proc.pid) > self.max_rss_bytes:
+            held = resident_bytes(child.proc.pid)
+            if held > self.max_rss_bytes:
                 self._stop()  # the next build starts a fresh child
+            else:
+                self._reserved.resize(held)  # between builds, what it holds
             self._arm_idle_timer()
         if reply.refusal is not None:
             raise BuildError(reply.refusal)
@@ -146,3 +158,5 @@ class BuildWorker:
         child, self._child = self._child, None
         if child is not None:
             child.close(wait_s=5)  # the child's loop ends on end of input
+        if self._reserved is not None:
+            self._reserved.release()

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from typing import Any
 
 from calc.workers.budgets import budget_bytes, gib
+from calc.workers.pool import MemoryBusy, Reservation, shared_pool
 from calc.workers.protocol import Child, Reply, background_env, child_command, child_env, resident_bytes, run_once
 from calc.xla.plan import TIMEOUT_S, PlanError
 
@@ -28,6 +30,10 @@ COMPILE_NICE = 10  # the compile children's CPU priority below the server's (os.
 
 class PlanCancelled(PlanError):
     """The compile was stopped because nobody waits for it any more."""
+
+
+class PlanBusy(PlanError):
+    """The compile found no room in the children's memory pool (``calc.workers.pool``) in time."""
 
 
 def plan_env() -> dict[str, str]:
@@ -64,8 +70,11 @@ def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_r
     """
     # One compile peaked at 0.9-2.4 GiB resident on catalogue models.
     max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
-    outcome = run_once("plan-xla", request, env=plan_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes,
-                       poll_s=poll_s, tail_lines=2)
+    try:
+        outcome = run_once("plan-xla", request, env=plan_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes,
+                           poll_s=poll_s, tail_lines=2)
+    except MemoryBusy as exc:
+        raise PlanBusy(str(exc)) from None
     _raise_for(outcome.reply, timeout_s, max_rss_bytes, f"{outcome.exit_reason}: {' | '.join(outcome.tail)}")
     return {**outcome.reply.answer, "worker_peak_rss_bytes": outcome.reply.peak_rss_bytes}
 
@@ -97,6 +106,7 @@ class PlanWorker:
         self._lock = threading.Lock()  # one compile at a time
         self._state = threading.Lock()  # guards _child and _cancelled against cancel()
         self._cancelled = False
+        self._reserved: Reservation | None = None  # the child's share of the memory pool
         self.started = 0  # children started so far
 
     @property
@@ -110,21 +120,40 @@ class PlanWorker:
         with self._lock:
             with self._state:
                 self._cancelled = False
+            limit = self._reserve(timeout_s)
+            with self._state:
                 child = self._ready_child(family)
-            reply = child.ask(request, timeout_s=timeout_s, max_rss_bytes=self.max_rss_bytes)
+            reply = child.ask(request, timeout_s=timeout_s, max_rss_bytes=limit)
             with self._state:
                 cancelled = self._cancelled
                 if reply.failure:
                     self._stop()
                 else:
                     self._family = family
+                    if self._reserved is not None:  # between compiles, what it holds
+                        self._reserved.resize(resident_bytes(child.proc.pid))
             if cancelled and reply.failure:
                 raise PlanCancelled("the compile was stopped: nobody waits for it any more")
             if reply.refusal is not None:  # the child may hold a half-built model: start afresh next time
                 with self._state:
                     self._family = None
-            _raise_for(reply, timeout_s, self.max_rss_bytes, " | ".join(child.tail(2)) or "the child ended")
+            _raise_for(reply, timeout_s, limit, " | ".join(child.tail(2)) or "the child ended")
             return {**reply.answer, "worker_peak_rss_bytes": reply.peak_rss_bytes}
+
+    def _reserve(self, wait_s: float) -> int:
+        """The compile's budget from the pool all children share, waiting up to ``wait_s`` for room
+        (a second at a time, so that ``cancel`` ends the wait)."""
+        if self._reserved is None:
+            self._reserved = Reservation(shared_pool(), "an XLA compile")
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self._reserved.resize(self.max_rss_bytes, wait_s=max(0.0, min(1.0, deadline - time.monotonic())))
+            except MemoryBusy as exc:
+                if self._cancelled:
+                    raise PlanCancelled("the compile was stopped: nobody waits for it any more") from None
+                if time.monotonic() >= deadline:
+                    raise PlanBusy(str(exc)) from None
 
     def _ready_child(self, family: str) -> Child:
         child = self._child
@@ -141,10 +170,11 @@ class PlanWorker:
     def cancel(self) -> bool:
         """Stops the compile in progress (from another thread); False when none runs."""
         with self._state:
-            if self._child is None or not self._lock.locked():
+            if not self._lock.locked():
                 return False
             self._cancelled = True
-            self._child.kill()
+            if self._child is not None:  # none yet while it waits for room in the memory pool
+                self._child.kill()
             return True
 
     def close(self) -> None:
@@ -163,6 +193,8 @@ class PlanWorker:
         if child is not None:
             child.kill()
             child.close(wait_s=1)
+        if self._reserved is not None:
+            self._reserved.release()
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 ANSWER = "ANSWER"
 REFUSED = "REFUSED"
+POOL_WAIT_S = 120.0  # how long a one-shot child waits for room in the memory pool
 KEEP_TAIL_BYTES = 64 * 1024  # the end of a child's stderr and chatter, for its failure message
 EXIT_GRACE_S = 10.0  # a one-shot child that has replied gets this long to exit on its own
 
@@ -225,9 +226,21 @@ class Outcome:
 
 
 def run_once(job: str, request: Any, *, env: dict[str, str], timeout_s: float, max_rss_bytes: int | None = None,
-             poll_s: float = 0.25, tail_lines: int = 3) -> Outcome:
-    """Runs one request in a fresh child of ``job`` and lets the child end."""
-    child = Child(child_command(job), env)
-    reply = child.ask(request, timeout_s=timeout_s, max_rss_bytes=max_rss_bytes, poll_s=poll_s)
-    returncode = child.close(EXIT_GRACE_S)
+             poll_s: float = 0.25, tail_lines: int = 3, pool_wait_s: float = POOL_WAIT_S) -> Outcome:
+    """Runs one request in a fresh child of ``job`` and lets the child end.
+
+    A child with a memory budget first reserves it from the process's pool
+    (``calc.workers.pool``), waiting up to ``pool_wait_s``; its watchdog then stops it at
+    what was granted.
+
+    Raises:
+        MemoryBusy: the pool had no room for the budget within ``pool_wait_s``.
+    """
+    from calc.workers.pool import shared_pool
+
+    with shared_pool().reserve(max_rss_bytes or 0, what=f"the {job} job", wait_s=pool_wait_s) as reserved:
+        child = Child(child_command(job), env)
+        limit = reserved.granted_bytes if max_rss_bytes is not None else None
+        reply = child.ask(request, timeout_s=timeout_s, max_rss_bytes=limit, poll_s=poll_s)
+        returncode = child.close(EXIT_GRACE_S)
     return Outcome(reply, returncode, tuple(child.tail(tail_lines)))
