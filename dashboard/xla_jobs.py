@@ -42,6 +42,7 @@ LEASE_S = 12.0  # a want lapses this long after its session last asked for it
 FAILURE_KEPT_S = 1800.0  # a compile that failed is not tried again for this long
 BUSY_KEPT_S = 60.0  # one that found no room in the children's memory pool (calc.workers.pool)
 MAX_CONFIGS = 32  # configurations with pending compiles, server-wide (a class of thirty); past it one waits
+MAX_PER_CLIENT = 16  # of those, from one address (a class behind one NAT shares one)
 CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
 FIRST_ESTIMATE_S = (45.0, 15.0)  # a compile's seconds (new model, kept model) until this host has timed its own
 
@@ -141,6 +142,7 @@ class _Session:
     wants: tuple[Want, ...] = ()
     expires_s: float = 0.0
     since_s: dict[Want, float] = field(default_factory=dict)  # when each want was first asked
+    client: str = ""  # the visitor's address (``dashboard.xla_step.client_address``)
 
 
 class Scheduler:
@@ -151,17 +153,21 @@ class Scheduler:
         worker: makes one worker (``PlanWorker``: ``compile(request)``, ``cancel()``, ``close()``); tests fake it.
         lease_s: how long a session's wants live without being asked again.
         max_configs: configurations with pending compiles at once; a further one waits for a place.
+        max_per_client: of those, from one client (address); a further one from it waits.
     """
 
     def __init__(self, workers: int | None = None, *, worker: Callable[[], Any] = PlanWorker,
-                 lease_s: float = LEASE_S, max_configs: int = MAX_CONFIGS) -> None:
+                 lease_s: float = LEASE_S, max_configs: int = MAX_CONFIGS,
+                 max_per_client: int = MAX_PER_CLIENT) -> None:
         self.lease_s = lease_s
         self.max_configs = max_configs
+        self.max_per_client = max_per_client
         self._cond = threading.Condition()
         self._sessions: dict[str, _Session] = {}
         self._running: dict[tuple[Setup, int], _Running] = {}
         self._failed: dict[tuple[Setup, int], tuple[str, float]] = {}
         self._searched: dict[tuple[Setup, int], int] = {}  # (setup, budget) -> search compiles finished
+        self._served: dict[str, float] = {}  # client -> when a compile it wanted last started
         self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
         self._curves: dict[Setup, tuple[int, float, PlanCurve]] = {}  # setup -> (version, read at, curve)
         self._times: dict[bool, list[float]] = {True: [], False: []}  # seconds of compiles: kept model, new model
@@ -174,11 +180,18 @@ class Scheduler:
 
     # --- what pages call -------------------------------------------------------------------
 
-    def ask(self, session: str, wants: list[Want] | tuple[Want, ...]) -> dict[Want, Progress]:
-        """Replaces what ``session`` wants, renews its lease, and says where each want stands."""
+    def ask(self, session: str, wants: list[Want] | tuple[Want, ...], client: str | None = None) -> dict[Want, Progress]:
+        """Replaces what ``session`` wants, renews its lease, and says where each want stands.
+
+        ``client``: the visitor's address, kept for the session (None: as before); one client's
+        wants share the queue with the others' turn by turn, and at most ``max_per_client`` of its
+        configurations hold places.
+        """
         now = time.monotonic()
         with self._cond:
             held = self._sessions.setdefault(session, _Session())
+            if client is not None:
+                held.client = client
             held.since_s = {w: held.since_s.get(w, now) for w in wants}
             held.wants, held.expires_s = tuple(wants), now + self.lease_s
             progress = self._progress(session, now)
@@ -208,6 +221,7 @@ class Scheduler:
             self._sessions.clear()
             self._failed.clear()
             self._searched.clear()
+            self._served.clear()
             for run in self._running.values():
                 run.worker.cancel()
             self._cond.notify_all()
@@ -240,28 +254,40 @@ class Scheduler:
                 self._curves.pop(next(iter(self._curves)))
         return kept[2]
 
-    def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[int, float, Want]]:
-        """Every compile some live want needs now and that is not running or failed: task -> (kind,
-        since, one want behind it); of at most ``max_configs`` configurations, the most urgent first."""
-        candidates: list[tuple[tuple[int, float], tuple[Setup, int], Want]] = []
+    def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[tuple[int, float, float], Want, str]]:
+        """Every compile some live want needs now and that is not running or failed: task -> ((kind,
+        when its client was last served, since), one want behind it, its client); of at most
+        ``max_configs`` configurations, and ``max_per_client`` from one client, the most urgent first."""
+        candidates: list[tuple[int, float, str, tuple[Setup, int], Want]] = []
+        running = {setup for setup, _ in self._running}
+        per_client: dict[str, set[Setup]] = {}  # each client's configurations with places
         for _, held in self._live(now):
+            per_client.setdefault(held.client, set()).update(w.setup for w in held.wants if w.setup in running)
             for want in held.wants:
                 batch = want.next_batch(self._curve(want.setup))
                 task = (want.setup, batch)
                 if batch is None or task in self._running or self._failure(task, now) is not None:
                     continue
-                candidates.append(((int(want.kind), held.since_s[want]), task, want))
-        # Places go by urgency, then by age: a new configuration's first plan takes a place before
-        # another's search, so that a class's searches never hold back a newcomer's first number.
-        tasks: dict[tuple[Setup, int], tuple[int, float, Want]] = {}
-        admitted = {setup for setup, _ in self._running}
-        for rank, task, want in sorted(candidates, key=lambda c: c[0]):
-            if task[0] not in admitted:
-                if len(admitted) >= self.max_configs:
-                    continue  # past the cap: waits for a place
-                admitted.add(task[0])
+                candidates.append((int(want.kind), held.since_s[want], held.client, task, want))
+        # Places go by urgency, then to the client served longest ago, then by age: a new
+        # configuration's first plan takes a place before another's search, and clients take turns,
+        # so that a script holding many sessions open makes a newcomer wait for one of its compiles,
+        # not for all of them.
+        tasks: dict[tuple[Setup, int], tuple[tuple[int, float, float], Want, str]] = {}
+        admitted = set(running)
+        for kind, since, client, task, want in sorted(
+                candidates, key=lambda c: (c[0], self._served.get(c[2], 0.0), c[1])):
+            mine = per_client.setdefault(client, set())
+            if task[0] not in mine:
+                if len(mine) >= self.max_per_client:
+                    continue  # this client's share is taken: waits for one of its own
+                if task[0] not in admitted:
+                    if len(admitted) >= self.max_configs:
+                        continue  # past the cap: waits for a place
+                    admitted.add(task[0])
+                mine.add(task[0])
             if task not in tasks:
-                tasks[task] = (*rank, want)
+                tasks[task] = ((kind, self._served.get(client, 0.0), since), want, client)
         return tasks
 
     def _failure(self, task: tuple[Setup, int], now: float) -> str | None:
@@ -296,12 +322,16 @@ class Scheduler:
                 while not self._stopped and picked is None:
                     now = time.monotonic()
                     if self._idle and compiles_enabled() and (tasks := self._tasks(now)):
-                        task = min(tasks, key=lambda t: tasks[t][:2])
+                        task = min(tasks, key=lambda t: tasks[t][0])
                         # A worker that holds this configuration's model compiles it in half the time.
                         worker = next((w for w in self._idle if self._warm.get(id(w)) == task[0]), self._idle[0])
                         self._idle.remove(worker)
                         self._running[task] = _Running(task, worker, time.time())
-                        picked = (task, worker, tasks[task][2])
+                        picked = (task, worker, tasks[task][1])
+                        self._served[tasks[task][2]] = now
+                        if len(self._served) > 4 * self.max_configs:  # only clients still here are kept
+                            live = {held.client for held in self._sessions.values()}
+                            self._served = {c: t for c, t in self._served.items() if c in live}
                     else:
                         self._cond.wait(1.0)
                 if picked is None:
@@ -366,7 +396,7 @@ class Scheduler:
     def _progress(self, session: str, now: float) -> dict[Want, Progress]:
         held = self._sessions[session]
         tasks = self._tasks(now)
-        order = sorted(tasks, key=lambda t: tasks[t][:2])
+        order = sorted(tasks, key=lambda t: tasks[t][0])
         running_left = [max(0.0, self.estimate_s(False) - (time.time() - r.started_s)) for r in self._running.values()]
         progress: dict[Want, Progress] = {}
         for want in held.wants:
@@ -392,8 +422,13 @@ class Scheduler:
                 progress[want] = Progress("queued", batch, ahead=ahead + len(self._running),
                                           eta_s=wait + self.estimate_s(False), **steps)
             else:
-                progress[want] = Progress("refused", batch, message="the server's compile queue is full "
-                                          f"({self.max_configs} configurations waiting); this one waits for a place")
+                mine = {w.setup for other in self._sessions.values() if other.client == held.client
+                        for w in other.wants}
+                message = (f"this address has {len(mine)} configurations waiting for compiles; this one waits for "
+                           "one of them" if len(mine) > self.max_per_client else
+                           f"the server's compile queue is full ({self.max_configs} configurations waiting); "
+                           "this one waits for a place")
+                progress[want] = Progress("refused", batch, message=message)
         return progress
 
 

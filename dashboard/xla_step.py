@@ -49,6 +49,21 @@ def session_id() -> str:
     return st.session_state.setdefault(SESSION_KEY, uuid.uuid4().hex)
 
 
+LOOPBACK = ("127.0.0.1", "::1", "")
+
+
+def client_address() -> str:
+    """The visitor's address, for the compile queue's share per client: Streamlit's peer, or, when
+    that is the proxy on this host, the address the proxy appended to ``X-Forwarded-For`` (its last
+    entry: the earlier ones are whatever the visitor sent)."""
+    try:
+        peer = st.context.ip_address or ""
+        forwarded = st.context.headers.get("X-Forwarded-For", "") if peer in LOOPBACK else ""
+    except Exception:  # noqa: BLE001 - no request context (AppTest, a script): one shared client
+        return ""
+    return forwarded.split(",")[-1].strip()[:64] or peer
+
+
 def setup_of(inputs: Inputs, remat: str | None = None) -> Setup:
     """The configuration the inputs name: a catalogue model, or the uploaded file (``not_applicable`` is None)."""
     spec = kept_upload() if inputs.source == "upload" else spec_for(inputs.model, inputs.image_size,
@@ -121,7 +136,7 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
                                        env=xla_jobs.COMPILES_ENV)))
         state.wants = ()
         return state
-    state.progress = xla_jobs.scheduler().ask(session_id(), wants)
+    state.progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address())
     state.version = xla_jobs.scheduler().version(setup)
     for want, progress in state.progress.items():
         if progress.state == "failed":

@@ -187,6 +187,33 @@ def test_at_the_cap_a_newcomers_first_plan_takes_a_place_before_older_searches()
         capped.shutdown()
 
 
+def test_clients_take_turns_and_one_client_holds_at_most_its_share():
+    """A script holding many sessions from one address neither makes a newcomer from another wait
+    behind all its plans nor takes every place."""
+    FakeWorker.gate = threading.Event()
+    made = Scheduler(1, worker=FakeWorker, lease_s=5, max_configs=8, max_per_client=3)
+    try:
+        script = [Want(setup(size=96 + 32 * i), Kind.PLAN, batch=8 + i) for i in range(5)]
+        progress = {}
+        for i, want in enumerate(script):
+            progress.update(made.ask(f"bot{i}", [want], client="10.0.0.9"))
+        wait_for(lambda: FakeWorker.calls == [8])
+        newcomer = Want(setup("VGG16"), Kind.PLAN, batch=30)
+        progress.update(made.ask("human", [newcomer], client="10.0.0.7"))
+        for i, want in enumerate(script):
+            progress.update(made.ask(f"bot{i}", [want]))  # the client is kept for the session
+        assert [progress[w].state for w in script[3:]] == ["refused", "refused"]
+        assert "this address has 5 configurations" in progress[script[4]].message
+        # Next after the script's running compile, not behind its four other plans.
+        assert progress[newcomer].state == "queued" and progress[newcomer].ahead == 1
+        FakeWorker.gate.set()
+        wait_for(lambda: len(FakeWorker.calls) >= 2)
+        assert FakeWorker.calls[:2] == [8, 30]
+    finally:
+        FakeWorker.gate.set()
+        made.shutdown()
+
+
 def test_with_compiles_off_nothing_runs(scheduler, monkeypatch):
     monkeypatch.setenv(xla_jobs.COMPILES_ENV, "off")
     want = Want(setup(), Kind.PLAN, batch=8)
@@ -212,3 +239,19 @@ def test_compile_workers_come_from_the_setting_or_the_cores(monkeypatch, value, 
     monkeypatch.setenv(xla_jobs.WORKERS_ENV, value)
     monkeypatch.setattr("os.cpu_count", lambda: cores)
     assert xla_jobs.compile_workers() == expected
+
+
+def test_the_client_is_the_peer_or_behind_the_proxy_the_address_the_proxy_appended(monkeypatch):
+    from types import SimpleNamespace
+
+    from dashboard import xla_step
+
+    def seen_from(peer, forwarded=None):
+        headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        monkeypatch.setattr(xla_step, "st", SimpleNamespace(context=SimpleNamespace(ip_address=peer, headers=headers)))
+        return xla_step.client_address()
+
+    assert seen_from("203.0.113.5", "1.2.3.4") == "203.0.113.5"  # a direct peer: its header is not trusted
+    assert seen_from("127.0.0.1", "6.6.6.6, 198.51.100.7") == "198.51.100.7"  # the visitor's own claim comes first
+    assert seen_from("127.0.0.1") == "127.0.0.1"
+    assert seen_from(None) == ""
