@@ -30,6 +30,12 @@ over from one turn does not slow the next.
 4. visitors: ``--visitors`` N (6; at most 30) visitors open N distinct configurations at once
    (MobileNetV2 from 96 px up in steps of 16, its native 224 skipped, batch 32, SGD, T4), each tab
    left open until every one has its plan or the deadline passes.
+5. flood: a newcomer opens a new configuration on the quiet server (MobileNetV2 200 px); 15 s later
+   ``--flood`` N (15) tabs open links that each need compiles (ResNet50 at sizes nothing ships, batches
+   100 up) and close once their first page is drawn; then a newcomer opens another new configuration
+   (MobileNetV2 216 px, a compile as long). Reported: both newcomers' plans and their ratio, and the
+   cores the server's process tree uses 15 s after everyone left (a compile nobody waits for runs
+   near one core).
 
 Measured, in seconds from sending the rerun: the first run's ``script_finished`` (the first render)
 and the first metric labelled ``Planned peak (XLA...`` on a page whose link shows what was sent (a
@@ -75,8 +81,12 @@ SEARCH_BUTTON = "xla_max_batch"  # the older Estimator's "Find the largest batch
 SHIPPED_LINK = "model=MobileNetV2&image_size=224&batch_size=32&optimizer=adam&precision=float32&gpu=t4"
 NEW_LINK = "model=ResNet50&image_size=160&batch_size=24&optimizer=sgd&precision=float32&gpu=l4"
 VISITOR_MODEL, MAX_VISITORS = "MobileNetV2", 30
-SCENARIOS = ("first-number", "batch-change", "new-config", "visitors")
-GROUPS = (("first-number", "batch-change"), ("new-config",), ("visitors",))  # one visitor runs each group
+SCENARIOS = ("first-number", "batch-change", "new-config", "visitors", "flood")
+GROUPS = (("first-number", "batch-change"), ("new-config",), ("visitors",), ("flood",))  # one visitor runs each
+# flood: the newcomer's link on the quiet server, and (another size, a compile as long) after the flood.
+NEWCOMER_IDLE = "model=MobileNetV2&image_size=200&batch_size=32&optimizer=sgd&precision=float32&gpu=t4"
+NEWCOMER_FLOODED = "model=MobileNetV2&image_size=216&batch_size=32&optimizer=sgd&precision=float32&gpu=t4"
+LEFT_S = 15.0  # after everyone left: a closed tab's wants lapse in 12 s, a running compile is stopped then
 POLL_S = 1.0  # a reading visitor looks at its goal this often even when the server says nothing
 QUIET_CORES, QUIET_WINDOW_S, QUIET_LIMIT_S = 0.3, 3.0, 240.0
 WARM_RERUN_S, SHUTDOWN_S = 180.0, 30.0
@@ -275,12 +285,56 @@ async def visitors(url: str, args, group: tuple[str, ...]) -> dict:
                          "errors": [e for p in per for e in p["errors"]]}}
 
 
+def flood_links(n: int) -> list[str]:
+    """n short visits that each ask for compiles (ResNet50 at sizes nothing ships, batches 100 up), as a
+    script or a class clicking through links would: each tab closes once its first page is drawn."""
+    return [f"model=ResNet50&image_size={160 + 16 * (i % 4)}&batch_size={100 + i}&optimizer=adam"
+            f"&precision=float32&gpu=t4" for i in range(n)]
+
+
+async def cores_used(pid: int, window_s: float = 3.0) -> float:
+    """Cores the server and its children used over ``window_s`` (a compile runs near one)."""
+    cpu0, _ = sample([pid])
+    await asyncio.sleep(window_s)
+    cpu1, runnable = sample([pid])
+    return round((cpu1 - cpu0) / window_s, 2)
+
+
+async def newcomer(url: str, query: str, deadline: float) -> dict:
+    c = Visitor(url, link(query))
+    try:
+        await visit(c, deadline, lambda: c.since(PLAN) is not None)
+        return c.figures()
+    finally:
+        await c.close()
+
+
+async def flood(url: str, args, group: tuple[str, ...]) -> dict:
+    """A newcomer's first plan on the quiet server, then right after ``--flood`` short visits that each
+    asked for compiles and left; then, once everyone has left, the cores the server's tree still uses."""
+    idle = await newcomer(url, NEWCOMER_IDLE, time.monotonic() + args.timeout)
+    await asyncio.sleep(LEFT_S)  # the newcomer's own searches lapse
+    tabs = [Visitor(url, q) for q in flood_links(args.flood)]
+    deadline = time.monotonic() + args.timeout
+    try:
+        await asyncio.gather(*(visit(t, deadline, lambda: True) for t in tabs))  # each first page, then gone
+    finally:
+        await asyncio.gather(*(t.close() for t in tabs), return_exceptions=True)
+    flooded = await newcomer(url, NEWCOMER_FLOODED, deadline)
+    await asyncio.sleep(LEFT_S)
+    cores = await cores_used(args.server_pid)
+    errors = idle["errors"] + flooded["errors"] + [e for t in tabs for e in t.errors]
+    over = round(flooded["plan_s"] / idle["plan_s"], 2) if flooded["plan_s"] and idle["plan_s"] else None
+    return {"flood": {"visits": args.flood, "idle_plan_s": idle["plan_s"], "plan_s": flooded["plan_s"], "over_idle": over,
+                      "first_render_s": flooded["first_render_s"], "cores_after_left": cores, "errors": errors}}
+
+
 def _finite(s: float) -> float | None:
     return None if math.isinf(s) else round(s, 2)
 
 
 RUNNERS = {("first-number", "batch-change"): first_and_batch, ("new-config",): new_config,
-           ("visitors",): visitors}
+           ("visitors",): visitors, ("flood",): flood}
 
 
 def sample(roots: list[int]) -> tuple[float, bool]:
@@ -333,6 +387,7 @@ async def run(servers: dict[str, tuple[subprocess.Popen, int]], args, result: di
         for name in names:
             waited = await quiet(pids)
             print(f"  {name}: {', '.join(asked)} (after {waited} s for quiet)", flush=True)
+            args.server_pid = servers[name][0].pid
             out = await RUNNERS[group](urls[name], args, asked)
             for scenario, figures in out.items():
                 result["scenarios"].setdefault(scenario, {})[name] = figures
@@ -367,6 +422,11 @@ def figure_lines(scenario: str, name: str, f: dict, timeout: float) -> list[str]
                  f"without a plan); first render median {sec('render_median_s')}, max {sec('render_max_s')}"]
                 + [f"      {v['link']:<90} render {seconds(v['first_render_s'], timeout)}  "
                    f"plan {seconds(v['plan_s'], timeout)}" for v in f["visitors"]])
+    if scenario == "flood":
+        return [f"  {name:<14} newcomer's plan {sec('idle_plan_s')} on the quiet server, {sec('plan_s')} right after "
+                f"{f['visits']} short visits ({f['over_idle']}x; first render {sec('first_render_s')}); "
+                f"{f['cores_after_left']} cores "
+                f"in use {LEFT_S:.0f} s after everyone left"]
     if "plan_s" not in f:
         return [f"  {name:<14} not run"]
     shown = (f["plan_label"] or "no plan shown") + (", in the first render" if f["in_first_render"] else "")
@@ -379,7 +439,8 @@ def figure_lines(scenario: str, name: str, f: dict, timeout: float) -> list[str]
 
 def report(args, result: dict, errors: list[str]) -> None:
     links = {"first-number": args.shipped_link, "batch-change": f"the same, batch_size={args.new_batch}",
-             "new-config": args.new_link, "visitors": f"{args.visitors} x {visitor_links(1)[0]} (size varied)"}
+             "new-config": args.new_link, "visitors": f"{args.visitors} x {visitor_links(1)[0]} (size varied)",
+             "flood": f"{args.flood} x {flood_links(1)[0]} (size and batch varied), newcomer {NEWCOMER_FLOODED}"}
     print(f"\nXLA's answer on the Estimator, seconds from the rerun sent ({os.cpu_count()} CPUs; "
           f"timeout {args.timeout:.0f} s a scenario)")
     for scenario, by in result["scenarios"].items():
@@ -408,6 +469,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--baseline-app", metavar="DIR", help="also another checkout (git worktree add DIR COMMIT)")
     p.add_argument("--only", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
     p.add_argument("--visitors", type=int, default=6, choices=range(1, MAX_VISITORS + 1), metavar="N")
+    p.add_argument("--flood", type=int, default=15, choices=range(1, 101), metavar="N",
+                   help="flood's short visits (1 to 100)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a scenario may take, per checkout")
     p.add_argument("--shipped-link", default=SHIPPED_LINK, help="first-number's query: a curve this checkout ships")
     p.add_argument("--new-link", default=NEW_LINK, help="new-config's query: a configuration nothing ships")
