@@ -128,6 +128,8 @@ class Progress:
     step: int = 0  # SEARCH: this compile's number in the search
     steps: int = 0  # SEARCH: about how many the search takes in all
     message: str = ""  # failed, refused: one line
+    held_by: str = ""  # refused: "server" (every place taken) or "client" (this address's share taken)
+    count: int = 0  # refused: the configurations holding those places
 
 
 @dataclass
@@ -424,11 +426,14 @@ class Scheduler:
             else:
                 mine = {w.setup for other in self._sessions.values() if other.client == held.client
                         for w in other.wants}
-                message = (f"this address has {len(mine)} configurations waiting for compiles; this one waits for "
-                           "one of them" if len(mine) > self.max_per_client else
-                           f"the server's compile queue is full ({self.max_configs} configurations waiting); "
-                           "this one waits for a place")
-                progress[want] = Progress("refused", batch, message=message)
+                if len(mine) > self.max_per_client:
+                    progress[want] = Progress("refused", batch, held_by="client", count=len(mine), message=(
+                        f"this address has {len(mine)} configurations waiting for compiles; this one waits for "
+                        "one of them"))
+                else:
+                    progress[want] = Progress("refused", batch, held_by="server", count=self.max_configs, message=(
+                        f"the server's compile queue is full ({self.max_configs} configurations waiting); "
+                        "this one waits for a place"))
         return progress
 
 

@@ -169,7 +169,11 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
     if progress.state in ("done", "failed", "off"):
         return None
     if progress.state == "refused":
-        return tr("Waiting: {reason}.", reason=progress.message)
+        reason = tr("this address has {count} configurations waiting for compiles; this one waits for one of them",
+                    count=progress.count) if progress.held_by == "client" else tr(
+            "the server's compile queue is full ({count} configurations waiting); this one waits for a place",
+            count=progress.count)
+        return tr("Waiting: {reason}.", reason=reason)
     what = tr("the plan without remat at batch {batch}, to show remat's saving", batch=progress.batch) if base else {
         Kind.PLAN: tr("XLA's plan at batch {batch}", batch=progress.batch),
         Kind.ANCHOR: tr("a second plan (batch {batch}) to draw the curve's line", batch=progress.batch),

@@ -255,3 +255,23 @@ def test_the_client_is_the_peer_or_behind_the_proxy_the_address_the_proxy_append
     assert seen_from("127.0.0.1", "6.6.6.6, 198.51.100.7") == "198.51.100.7"  # the visitor's own claim comes first
     assert seen_from("127.0.0.1") == "127.0.0.1"
     assert seen_from(None) == ""
+
+
+def test_a_waiting_configuration_says_whose_places_are_taken_in_the_visitors_language():
+    from dashboard.i18n import set_language
+    from dashboard.xla_jobs import Progress
+    from dashboard.xla_step import progress_text
+
+    want = Want(setup(), Kind.PLAN, batch=8)
+    client, server = Progress("refused", 8, held_by="client", count=17), Progress("refused", 8, held_by="server",
+                                                                                    count=32)
+    try:
+        assert progress_text(want, client) == ("Waiting: this address has 17 configurations waiting for compiles; "
+                                               "this one waits for one of them.")
+        assert "compile queue is full (32 configurations waiting)" in progress_text(want, server)
+        set_language("ja")
+        assert "17 件の構成" in progress_text(want, client) and "待機中の構成 32 件" in progress_text(want, server)
+        set_language("ko")
+        assert "구성 17개" in progress_text(want, client)
+    finally:
+        set_language("en")
