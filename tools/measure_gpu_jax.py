@@ -1,6 +1,7 @@
 """Keras 3 training steps on a GPU under the JAX backend (XLA), against the engine.
 
     PYTHONPATH=. python tools/measure_gpu_jax.py measure OUT.json [--no-autotune] [SUBSTRING ...]   # on a GPU machine with jax and keras
+    PYTHONPATH=. python tools/measure_gpu_jax.py limit OUT.json SEED [DEADLINE_S]   # the steps at the card's limit
     python tools/measure_gpu_jax.py compare calc/data/gpu_jax_h100.json   # here: the engine's error on them
 
 The engine predicts TensorFlow's allocator on its executor; no GPU machine lent to this
@@ -16,6 +17,15 @@ autotuner allocates convolution workspaces; ``--no-autotune`` turns that off
 (``--xla_gpu_autotune_level=0``). The project is not installed on the GPU machine:
 ``PYTHONPATH=.`` from the repository root makes ``calc`` importable there, for this
 script and its children.
+
+``limit`` measures set ``gpu_xla_limit`` of ``validation/planned.json`` (``tools/near_limit.py``:
+each model's largest batch whose plan fits the card, and the batch above it, predicted and
+committed first; SEED names the card's draw, 3701 for an H100, 3702 for an H200), one step at
+a time, each model's fitting batch first, with JAX's allocator allowed 97 % of the card
+(``XLA_PYTHON_CLIENT_MEM_FRACTION``; Keras on JAX compiles the step for the allocator's
+limit). It saves each case as it ends and starts none after DEADLINE_S (default 480); a
+step that does not fit ends in an out-of-memory error, recorded with the case. The
+machines hold JAX, so this needs no TensorFlow chunks: one call, nothing carried.
 """
 
 from __future__ import annotations
@@ -57,7 +67,12 @@ from calc.requests import config_from_dict, spec_from_dict
 from calc.types import TrainMode
 raw = json.loads(sys.argv[1])
 spec, config = spec_from_dict(raw["spec"]), config_from_dict(raw["config"])
+import time
+t0 = time.perf_counter()
+def phase(what):  # a run stopped at its limit says how far it came
+    print(f"measure: {what} at {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 model, backbone = build_model(spec, config.precision.value, config.train_mode)
+phase("model built")
 if config.train_mode is TrainMode.FROZEN_BACKBONE:
     backbone.trainable = False
 model.compile(optimizer=keras_optimizer(config), loss="sparse_categorical_crossentropy")
@@ -66,27 +81,39 @@ built = device.memory_stats()
 rng = np.random.default_rng(0)
 x = rng.random((config.per_replica_batch, *spec.input_shape), dtype=np.float32)
 y = rng.integers(0, spec.classes, size=(config.per_replica_batch,))
+phase(f"inputs made, batch {config.per_replica_batch}")
 model.train_on_batch(x, y)
+phase("first step done (traced and compiled)")
 before = device.memory_stats()["bytes_in_use"]
 model.train_on_batch(x, y)
+phase("second step done")
 stats = device.memory_stats()
 print("RESULT", json.dumps({"peak_bytes": int(stats["peak_bytes_in_use"]), "resident_before_step_bytes": int(before),
+                            "bytes_limit": int(stats.get("bytes_limit", 0)), "seconds": round(time.perf_counter() - t0, 1),
                             "build_peak_bytes": int(built["peak_bytes_in_use"]), "xla_flags": os.environ.get("XLA_FLAGS", ""),
                             "device": device.device_kind, "jax": jax.__version__, "keras": keras.__version__}))
 '''
 
 
-def _measure_one(case: dict) -> dict:
-    env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_PREALLOCATE="false", TF_CPP_MIN_LOG_LEVEL="3")
+def _measure_one(case: dict, timeout_s: float = 540.0, **extra_env: str) -> dict:
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_PREALLOCATE="false", TF_CPP_MIN_LOG_LEVEL="3",
+               **extra_env)
     if NO_AUTOTUNE:
         # XLA's autotuner tries convolution algorithms with their own workspaces while it
         # compiles; those buffers count in the process's peak.
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True,
-                         timeout=540, env=env)
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True,
+                             timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        stages = [line for line in (exc.stderr or b"").decode(errors="replace").splitlines() if line.startswith("measure:")]
+        return {"case": case["case"], "error": f"ran past {timeout_s:.0f} s; last stage: "
+                                               f"{stages[-1] if stages else 'none printed'}"}
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
-        return {"case": case["case"], "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        stages = [line for line in out.stderr.splitlines() if line.startswith("measure:")]
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return {"case": case["case"], "error": f"{last} (last stage: {stages[-1] if stages else 'none printed'})"}
     return {"case": case["case"], "spec": case["spec"], "config": case["config"], **json.loads(lines[-1][7:])}
 
 
@@ -107,6 +134,38 @@ def measure(path: str, names: list[str]) -> None:
     json.dump({"environment": {"backend": "jax (XLA)", "protocol": "build, compile, 2 train_on_batch, "
                                "peak_bytes_in_use of the process; fresh process per case"},
                "cases": results}, open(path, "w"), indent=1)
+
+
+LIMIT_SET, MEM_FRACTION = "gpu_xla_limit", "0.97"
+
+
+def limit(path: str, seed: int, deadline_s: float) -> None:
+    """Set ``gpu_xla_limit``'s steps of the card drawn with ``seed``, one at a time, saved as each ends."""
+    import time
+
+    from calc.requests import config_to_dict, spec_to_dict
+    from calc.validation import case_id
+    from measure_gpu_tf import holdout_cases
+
+    started, results = time.monotonic(), []
+    todo = holdout_cases(True, seed, LIMIT_SET)  # each model's fitting batch first
+    print(f"{len(todo)} steps at the card's limit, one at a time, allocator {MEM_FRACTION} of the card", flush=True)
+    for spec, config in todo:
+        left = deadline_s - (time.monotonic() - started)
+        if left < 30:
+            print(f"SKIPPED {case_id(spec, config)} (deadline)", flush=True)
+            continue
+        case = {"case": case_id(spec, config), "spec": spec_to_dict(spec), "config": config_to_dict(config)}
+        result = _measure_one(case, left, XLA_PYTHON_CLIENT_MEM_FRACTION=MEM_FRACTION)
+        results.append(result)
+        shown = f"{result['peak_bytes'] / MIB:.1f} MiB in {result['seconds']} s" if "peak_bytes" in result \
+            else f"FAILED {result['error']}"
+        print(f"{case['case']:60s} {shown}", flush=True)
+        json.dump({"environment": {"backend": "jax (XLA)", "set": LIMIT_SET, "seed": seed,
+                                   "allocator": f"XLA_PYTHON_CLIENT_MEM_FRACTION={MEM_FRACTION}, no preallocation",
+                                   "protocol": "build, compile, 2 train_on_batch, peak_bytes_in_use of the process; "
+                                               "fresh process per case, one at a time"},
+                   "cases": results}, open(path, "w"), indent=1)
 
 
 def compare(path: str) -> None:
@@ -141,6 +200,8 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "measure":
         NO_AUTOTUNE = "--no-autotune" in sys.argv
         measure(sys.argv[2], [a for a in sys.argv[3:] if a != "--no-autotune"])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "limit":
+        limit(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) == 5 else 480.0)
     elif len(sys.argv) == 3 and sys.argv[1] == "compare":
         compare(sys.argv[2])
     else:
