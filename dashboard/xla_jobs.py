@@ -128,7 +128,8 @@ class Progress:
     step: int = 0  # SEARCH: this compile's number in the search
     steps: int = 0  # SEARCH: about how many the search takes in all
     message: str = ""  # failed, refused: one line
-    held_by: str = ""  # refused: "server" (every place taken) or "client" (this address's share taken)
+    held_by: str = ""  # refused: "server" (every place taken) or "client" (this address's share taken);
+    # running: "memory" while the compile waits for room in the children's memory pool
     count: int = 0  # refused: the configurations holding those places
 
 
@@ -416,6 +417,7 @@ class Scheduler:
                 progress[want] = Progress("failed", batch, message=failure)
             elif (run := self._running.get((want.setup, batch))) is not None:
                 progress[want] = Progress("running", batch, time.time() - run.started_s,
+                                          held_by="memory" if getattr(run.worker, "waiting_for_memory", False) else "",
                                           eta_s=max(0.0, self.estimate_s(False) - (time.time() - run.started_s)),
                                           **steps)
             elif (want.setup, batch) in tasks:

@@ -181,6 +181,9 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
                         steps=progress.steps, batch=progress.batch),
         Kind.REFINE: tr("the plan at batch {batch} itself, to replace the drawn point", batch=progress.batch),
     }[want.kind]
+    if progress.state == "running" and progress.held_by == "memory":
+        return tr("Waiting for memory: {what}; the server's memory for background work is in use by other "
+                  "visitors' work.", what=what)
     if progress.state == "running":
         return tr("Compiling {what}: {seconds:.0f} s so far, about {left:.0f} s left.", what=what,
                   seconds=progress.seconds, left=progress.eta_s)

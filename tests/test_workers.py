@@ -272,10 +272,12 @@ def test_a_compile_waiting_for_room_in_the_pool_can_be_cancelled(small_pool):
     thread = threading.Thread(target=compile_)
     thread.start()
     time.sleep(0.5)
+    assert worker.waiting_for_memory  # the page says so, not "Compiling"
     start = time.monotonic()
     assert worker.cancel()
     thread.join(5)
     assert not thread.is_alive() and time.monotonic() - start < 2.5
     assert len(outcome) == 1 and isinstance(outcome[0], PlanCancelled) and worker.started == 0
+    assert not worker.waiting_for_memory
     holder.release()
     worker.close()

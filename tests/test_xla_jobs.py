@@ -273,5 +273,8 @@ def test_a_waiting_configuration_says_whose_places_are_taken_in_the_visitors_lan
         assert "17 件の構成" in progress_text(want, client) and "待機中の構成 32 件" in progress_text(want, server)
         set_language("ko")
         assert "구성 17개" in progress_text(want, client)
+        set_language("en")
+        assert progress_text(want, Progress("running", 8, held_by="memory")).startswith(
+            "Waiting for memory: XLA's plan at batch 8;")
     finally:
         set_language("en")

@@ -107,6 +107,7 @@ class PlanWorker:
         self._state = threading.Lock()  # guards _child and _cancelled against cancel()
         self._cancelled = False
         self._reserved: Reservation | None = None  # the child's share of the memory pool
+        self.waiting_for_memory = False  # a compile waits for room in the pool (the page says so)
         self.started = 0  # children started so far
 
     @property
@@ -145,15 +146,21 @@ class PlanWorker:
         (a second at a time, so that ``cancel`` ends the wait)."""
         if self._reserved is None:
             self._reserved = Reservation(shared_pool(), "an XLA compile")
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                return self._reserved.resize(self.max_rss_bytes, wait_s=max(0.0, min(1.0, deadline - time.monotonic())))
-            except MemoryBusy as exc:
-                if self._cancelled:
-                    raise PlanCancelled("the compile was stopped: nobody waits for it any more") from None
-                if time.monotonic() >= deadline:
-                    raise PlanBusy(str(exc)) from None
+        deadline, step = time.monotonic() + wait_s, 0.0  # at once if there is room, else a second at a time
+        try:
+            while True:
+                try:
+                    return self._reserved.resize(self.max_rss_bytes,
+                                                 wait_s=max(0.0, min(step, deadline - time.monotonic())))
+                except MemoryBusy as exc:
+                    step = 1.0
+                    self.waiting_for_memory = True
+                    if self._cancelled:
+                        raise PlanCancelled("the compile was stopped: nobody waits for it any more") from None
+                    if time.monotonic() >= deadline:
+                        raise PlanBusy(str(exc)) from None
+        finally:
+            self.waiting_for_memory = False
 
     def _ready_child(self, family: str) -> Child:
         child = self._child
