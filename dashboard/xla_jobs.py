@@ -32,6 +32,7 @@ from typing import Any, Callable
 from calc import xla
 from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
+from calc.workers.failures import FailureMemory
 from calc.workers.plans import PlanBusy, PlanCancelled, PlanWorker
 from calc.xla import PlanCurve
 from calc.xla.compute import compile_request
@@ -168,7 +169,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._sessions: dict[str, _Session] = {}
         self._running: dict[tuple[Setup, int], _Running] = {}
-        self._failed: dict[tuple[Setup, int], tuple[str, float]] = {}
+        self._failed = FailureMemory()  # compiles that failed, by (setup, batch)
         self._searched: dict[tuple[Setup, int], int] = {}  # (setup, budget) -> search compiles finished
         self._served: dict[str, float] = {}  # client -> when a compile it wanted last started
         self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
@@ -269,7 +270,7 @@ class Scheduler:
             for want in held.wants:
                 batch = want.next_batch(self._curve(want.setup))
                 task = (want.setup, batch)
-                if batch is None or task in self._running or self._failure(task, now) is not None:
+                if batch is None or task in self._running or self._failure(task) is not None:
                     continue
                 candidates.append((int(want.kind), held.since_s[want], held.client, task, want))
         # Places go by urgency, then to the client served longest ago, then by age: a new
@@ -293,14 +294,9 @@ class Scheduler:
                 tasks[task] = ((kind, self._served.get(client, 0.0), since), want, client)
         return tasks
 
-    def _failure(self, task: tuple[Setup, int], now: float) -> str | None:
-        failed = self._failed.get(task)
-        if failed is None:
-            return None
-        if now - failed[1] > FAILURE_KEPT_S:
-            del self._failed[task]
-            return None
-        return failed[0]
+    def _failure(self, task: tuple[Setup, int]) -> str | None:
+        failed = self._failed.recall(task)
+        return None if failed is None else failed[0]
 
     def _start_threads(self) -> None:
         if not self._threads and compiles_enabled() and not self._stopped:
@@ -377,7 +373,7 @@ class Scheduler:
             self._idle.append(worker)
             self._warm[id(worker)] = setup if finished else None
             if error is not None:
-                self._failed[task] = (error, time.monotonic() - (FAILURE_KEPT_S - kept_s))
+                self._failed.remember(task, error, kept_s)
             if finished:
                 self.compiled += 1
                 times = self._times[warm]
@@ -413,7 +409,7 @@ class Scheduler:
                 progress[want] = Progress("done")
             elif not compiles_enabled():
                 progress[want] = Progress("off", batch)
-            elif (failure := self._failure((want.setup, batch), now)) is not None:
+            elif (failure := self._failure((want.setup, batch))) is not None:
                 progress[want] = Progress("failed", batch, message=failure)
             elif (run := self._running.get((want.setup, batch))) is not None:
                 progress[want] = Progress("running", batch, time.time() - run.started_s,

@@ -215,7 +215,6 @@ def test_a_build_stopped_at_its_limit_is_answered_from_memory_not_rebuilt():
     # Eight tabs (or reloads) asking for a size whose build passes a limit used to build it each time.
     import sys
 
-    from calc.workers import builds
     from calc.workers.builds import BuildError, BuildWorker
 
     w = BuildWorker(timeout_s=1)
@@ -231,7 +230,7 @@ def test_a_build_stopped_at_its_limit_is_answered_from_memory_not_rebuilt():
         with pytest.raises(BuildError, match="more than 1 s"):  # another size is tried
             w.build(make_spec("VGG16", 545))
         assert w.started == 2
-        w._failed[make_spec("VGG16", 544)] = (time.monotonic() - builds.FAILURE_MEMORY_S - 1, "old")
+        w.failures.remember(make_spec("VGG16", 544), "old", keep_s=0)  # as if its 30 minutes had passed
         with pytest.raises(BuildError, match="more than 1 s"):  # and the first again once the memory lapses
             w.build(make_spec("VGG16", 544))
         assert w.started == 3

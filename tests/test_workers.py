@@ -281,3 +281,19 @@ def test_a_compile_waiting_for_room_in_the_pool_can_be_cancelled(small_pool):
     assert not worker.waiting_for_memory
     holder.release()
     worker.close()
+
+
+def test_a_failure_is_recalled_until_it_lapses_and_the_oldest_go_first():
+    from calc.workers.failures import FailureMemory
+
+    memory = FailureMemory(max_kept=2)
+    memory.remember("a", "out of registers", keep_s=60)
+    message, age_s = memory.recall("a")
+    assert message == "out of registers" and 0 <= age_s < 1
+    memory.remember("b", "too slow", keep_s=0)  # lapsed at once
+    assert memory.recall("b") is None
+    memory.remember("c", "x", keep_s=60)
+    memory.remember("d", "y", keep_s=60)  # a third kept: "a", the oldest, is forgotten
+    assert memory.recall("a") is None and memory.recall("c")[0] == "x"
+    memory.clear()
+    assert memory.recall("d") is None

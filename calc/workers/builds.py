@@ -13,13 +13,13 @@ memory passes a limit, and exits after a while without work or when the server e
 from __future__ import annotations
 
 import threading
-import time
 
 from calc.catalogue import ModelSpec
 from calc.profile_json import profile_from_dict
 from calc.requests import spec_to_dict
 from calc.types import ModelProfile
 from calc.workers.budgets import budget_bytes, gib
+from calc.workers.failures import FailureMemory
 from calc.workers.pool import MemoryBusy, Reservation, shared_pool
 from calc.workers.protocol import Child, child_command, child_env, resident_bytes
 
@@ -64,7 +64,7 @@ class BuildWorker:
         self._idle_timer: threading.Timer | None = None
         self.started = 0  # children started so far
         self.builds = 0
-        self._failed: dict[ModelSpec, tuple[float, str]] = {}  # spec -> (when, message), for a limit
+        self.failures = FailureMemory(MAX_FAILURES_KEPT)  # builds stopped for a limit
         self._reserved: Reservation | None = None  # the child's share of the memory pool
 
     @property
@@ -78,9 +78,10 @@ class BuildWorker:
         ``FAILURE_MEMORY_S``, without a child.
         """
         with self._lock:
-            remembered = self._remembered_failure(spec)
-            if remembered is not None:
-                raise BuildError(remembered)
+            if (failed := self.failures.recall(spec)) is not None:
+                message, age_s = failed
+                raise BuildError(f"{message} ({age_s / 60:.0f} min ago; not tried again for "
+                                 f"{FAILURE_MEMORY_S / 60:.0f} minutes)")
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             if self._reserved is None:
@@ -99,7 +100,7 @@ class BuildWorker:
                 reason = reasons.get(reply.failure, "the builder process ended (out of memory?)")
                 message = f"Building {spec.name} at {spec.height}x{spec.width} failed: {reason}"
                 if reply.failure in reasons:
-                    self._remember_failure(spec, message)
+                    self.failures.remember(spec, message, FAILURE_MEMORY_S)
                 raise BuildError(message)
             self.builds += 1
             held = resident_bytes(child.proc.pid)
@@ -111,22 +112,6 @@ class BuildWorker:
         if reply.refusal is not None:
             raise BuildError(reply.refusal)
         return profile_from_dict(reply.answer)
-
-    def _remembered_failure(self, spec: ModelSpec) -> str | None:
-        failed = self._failed.get(spec)
-        if failed is None:
-            return None
-        when, message = failed
-        age = time.monotonic() - when
-        if age > FAILURE_MEMORY_S:
-            del self._failed[spec]
-            return None
-        return f"{message} ({age / 60:.0f} min ago; not tried again for {FAILURE_MEMORY_S / 60:.0f} minutes)"
-
-    def _remember_failure(self, spec: ModelSpec, message: str) -> None:
-        self._failed[spec] = (time.monotonic(), message)
-        while len(self._failed) > MAX_FAILURES_KEPT:
-            del self._failed[next(iter(self._failed))]  # the oldest first
 
     def close(self) -> None:
         with self._lock:
