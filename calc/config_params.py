@@ -109,8 +109,7 @@ def _einsum_params(c: dict[str, Any], shape: list[int]) -> int:
         return 0
     inputs, rest = equation.split(",")
     kernel, output = rest.split("->")
-    out = c.get("output_shape")
-    out_dims = [out] if isinstance(out, int) else out if isinstance(out, list) else []
+    out_dims = _output_dims(c) or []
     sizes: dict[str, int] = {}
     if len(inputs) == len(shape) + 1:
         sizes.update(zip(inputs[1:], shape))
@@ -122,6 +121,12 @@ def _einsum_params(c: dict[str, Any], shape: list[int]) -> int:
     if not all(kernel_dims) or not all(bias_dims):
         return 0
     return prod(kernel_dims) + (prod(bias_dims) if bias_axes else 0)
+
+
+def _output_dims(c: dict[str, Any]) -> list | None:
+    """EinsumDense's ``output_shape`` as a list (Keras writes one dimension as a number)."""
+    out = c.get("output_shape")
+    return [out] if isinstance(out, int) else out if isinstance(out, list) else None
 
 
 def output_shape(layer: dict[str, Any], shape: list[int] | None) -> list[int] | None:
@@ -138,8 +143,7 @@ def output_shape(layer: dict[str, Any], shape: list[int] | None) -> list[int] | 
     if kind == "Dense":
         return shape[:-1] + [_int(c.get("units"))]
     if kind == "EinsumDense":
-        out = c.get("output_shape")
-        dims = [out] if isinstance(out, int) else out if isinstance(out, list) else None
+        dims = _output_dims(c)
         return [d if _int(d) else 0 for d in dims] if dims else None
     if kind == "Embedding":
         return shape + [_int(c.get("output_dim"))]
