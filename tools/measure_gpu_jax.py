@@ -62,7 +62,7 @@ import json, os, sys
 import numpy as np
 import jax, keras
 from calc.keras.build import build_model
-from calc.keras.step import keras_optimizer
+from calc.keras.step import keras_optimizer, print_stage
 from calc.requests import config_from_dict, spec_from_dict
 from calc.types import TrainMode
 raw = json.loads(sys.argv[1])
@@ -70,7 +70,7 @@ spec, config = spec_from_dict(raw["spec"]), config_from_dict(raw["config"])
 import time
 t0 = time.perf_counter()
 def phase(what):  # a run stopped at its limit says how far it came
-    print(f"measure: {what} at {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    print_stage(t0, what)
 model, backbone = build_model(spec, config.precision.value, config.train_mode)
 phase("model built")
 if config.train_mode is TrainMode.FROZEN_BACKBONE:
@@ -106,15 +106,21 @@ def _measure_one(case: dict, timeout_s: float = 540.0, **extra_env: str) -> dict
         out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True,
                              timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired as exc:
-        stages = [line for line in (exc.stderr or b"").decode(errors="replace").splitlines() if line.startswith("measure:")]
-        return {"case": case["case"], "error": f"ran past {timeout_s:.0f} s; last stage: "
-                                               f"{stages[-1] if stages else 'none printed'}"}
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return {"case": case["case"], "error": f"ran past {timeout_s:.0f} s; last stage: {_last_stage(stderr)}"}
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
-        stages = [line for line in out.stderr.splitlines() if line.startswith("measure:")]
         last = (out.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return {"case": case["case"], "error": f"{last} (last stage: {stages[-1] if stages else 'none printed'})"}
+        return {"case": case["case"], "error": f"{last} (last stage: {_last_stage(out.stderr)})"}
     return {"case": case["case"], "spec": case["spec"], "config": case["config"], **json.loads(lines[-1][7:])}
+
+
+def _last_stage(stderr: str) -> str:
+    """The last stage a child printed (``calc.keras.step.print_stage``)."""
+    from calc.keras.step import STAGE_PREFIX
+
+    stages = [line for line in stderr.splitlines() if line.startswith(STAGE_PREFIX)]
+    return stages[-1] if stages else "none printed"
 
 
 NO_AUTOTUNE = False

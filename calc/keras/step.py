@@ -131,12 +131,12 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
     import keras
 
     started = time.perf_counter()
-    _phase(started, f"TensorFlow {tf.__version__} on {described}")
+    print_stage(started, f"TensorFlow {tf.__version__} on {described}")
     extra: dict[str, Any] = {}
     # "history": everything from the build to the measured step, under the profiler too.
     with _recording_allocations(extra, "allocations_before") if trace == "history" else nullcontext():
         model = compiled_training_model(spec, config, jit_compile=xla)
-        _phase(started, "model built")
+        print_stage(started, "model built")
         batch = config.per_replica_batch
         rng = np.random.default_rng(0)
         x_shape, x_dtype, y_shape, classes = batch_shapes(model, batch)
@@ -145,7 +145,7 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
         else:
             x = rng.random(x_shape, dtype=np.float32)
         y = rng.integers(0, classes, size=y_shape)
-        _phase(started, f"inputs made, batch {batch}")
+        print_stage(started, f"inputs made, batch {batch}")
         # mixed_float16 wraps the optimizer in a LossScaleOptimizer whose dynamic scale starts
         # at 2^15 and halves on every step with non-finite gradients, skipping the update:
         # with a 1000-class head the first steps all overflow (archive/probes/probe_loss_scale.py).
@@ -166,7 +166,7 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
             if warmup >= limit:
                 raise RuntimeError(f"no update was applied in {warmup} warm-up steps (loss scale never settled)")
             warmup += 1
-        _phase(started, f"{warmup} warm-up step(s) done (the first traces and compiles the step)")
+        print_stage(started, f"{warmup} warm-up step(s) done (the first traces and compiles the step)")
     for _ in range(limit):
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
@@ -178,7 +178,7 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
             break
     else:
         raise RuntimeError(f"the measured step skipped its update {limit} times")
-    _phase(started, "measured step done")
+    print_stage(started, "measured step done")
     return {**extra,
         "peak_bytes": int(info["peak"]),
         "current_before_bytes": int(before),
@@ -193,10 +193,13 @@ def measure_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, xla:
     }
 
 
-def _phase(started: float, what: str) -> None:
+STAGE_PREFIX = "measure:"
+
+
+def print_stage(started: float, what: str) -> None:
     """One line on stderr per stage of a measurement: a run stopped at its time limit says
     in its failure message (the tail of its stderr) how far it came."""
-    print(f"measure: {what} at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    print(f"{STAGE_PREFIX} {what} at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
 
 
 @contextmanager
