@@ -65,7 +65,7 @@ class BuildWorker:
         self.started = 0  # children started so far
         self.builds = 0
         self.failures = FailureMemory(MAX_FAILURES_KEPT)  # builds stopped for a limit
-        self._reserved: Reservation | None = None  # the child's share of the memory pool
+        self._reserved = Reservation(shared_pool(), "a model's build")  # the child's share of the memory pool
 
     @property
     def pid(self) -> int | None:
@@ -84,8 +84,6 @@ class BuildWorker:
                                  f"{FAILURE_MEMORY_S / 60:.0f} minutes)")
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
-            if self._reserved is None:
-                self._reserved = Reservation(shared_pool(), "a model's build")
             try:  # the build's budget, from the pool all children share
                 limit = self._reserved.resize(self.stop_rss_bytes, wait_s=self.timeout_s)
             except MemoryBusy as exc:
@@ -143,5 +141,4 @@ class BuildWorker:
         child, self._child = self._child, None
         if child is not None:
             child.close(wait_s=5)  # the child's loop ends on end of input
-        if self._reserved is not None:
-            self._reserved.release()
+        self._reserved.release()

@@ -106,7 +106,7 @@ class PlanWorker:
         self._lock = threading.Lock()  # one compile at a time
         self._state = threading.Lock()  # guards _child and _cancelled against cancel()
         self._cancelled = False
-        self._reserved: Reservation | None = None  # the child's share of the memory pool
+        self._reserved = Reservation(shared_pool(), "an XLA compile")  # the child's share of the memory pool
         self.waiting_for_memory = False  # a compile waits for room in the pool (the page says so)
         self.started = 0  # children started so far
 
@@ -131,8 +131,7 @@ class PlanWorker:
                     self._stop()
                 else:
                     self._family = family
-                    if self._reserved is not None:  # between compiles, what it holds
-                        self._reserved.resize(resident_bytes(child.proc.pid))
+                    self._reserved.resize(resident_bytes(child.proc.pid))  # between compiles, what it holds
             if cancelled and reply.failure:
                 raise PlanCancelled("the compile was stopped: nobody waits for it any more")
             if reply.refusal is not None:  # the child may hold a half-built model: start afresh next time
@@ -144,8 +143,6 @@ class PlanWorker:
     def _reserve(self, wait_s: float) -> int:
         """The compile's budget from the pool all children share, waiting up to ``wait_s`` for room
         (a second at a time, so that ``cancel`` ends the wait)."""
-        if self._reserved is None:
-            self._reserved = Reservation(shared_pool(), "an XLA compile")
         deadline, step = time.monotonic() + wait_s, 0.0  # at once if there is room, else a second at a time
         try:
             while True:
@@ -200,8 +197,7 @@ class PlanWorker:
         if child is not None:
             child.kill()
             child.close(wait_s=1)
-        if self._reserved is not None:
-            self._reserved.release()
+        self._reserved.release()
 
 
 def _one_line(text: str, limit: int = 300) -> str:
