@@ -230,8 +230,9 @@ class Scheduler:
                 run.worker.cancel()
             self._cond.notify_all()
 
-    def shutdown(self) -> None:
-        """Stops every compile and worker process (the server is ending)."""
+    def shutdown(self, wait_s: float = 5.0) -> None:
+        """Stops every compile and worker process (the server is ending), and waits up to ``wait_s``
+        for the scheduler's threads to end, so that none starts or records a compile afterwards."""
         with self._cond:
             self._stopped = True
             self._sessions.clear()
@@ -239,6 +240,10 @@ class Scheduler:
             self._cond.notify_all()
         for worker in workers:
             worker.close()
+        deadline = time.monotonic() + wait_s
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # --- the queue ---------------------------------------------------------------------------
 

@@ -297,3 +297,15 @@ def test_a_failure_is_recalled_until_it_lapses_and_the_oldest_go_first():
     assert memory.recall("a") is None and memory.recall("c")[0] == "x"
     memory.clear()
     assert memory.recall("d") is None
+
+
+def test_a_closed_compile_worker_starts_no_further_compile():
+    """The server's shutdown closes the workers; a scheduler thread that had just picked a compile
+    must not start a child after that."""
+    from calc.workers.plans import PlanCancelled, PlanWorker
+
+    worker = PlanWorker()
+    worker.close()
+    with pytest.raises(PlanCancelled, match="the server is ending"):
+        worker.compile({"spec": {}, "config": {}}, timeout_s=60)
+    assert worker.started == 0

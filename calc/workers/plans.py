@@ -106,6 +106,7 @@ class PlanWorker:
         self._lock = threading.Lock()  # one compile at a time
         self._state = threading.Lock()  # guards _child and _cancelled against cancel()
         self._cancelled = False
+        self._closed = False  # closed: no further compile starts
         self._reserved = Reservation(shared_pool(), "an XLA compile")  # the child's share of the memory pool
         self.waiting_for_memory = False  # a compile waits for room in the pool (the page says so)
         self.started = 0  # children started so far
@@ -120,6 +121,8 @@ class PlanWorker:
         family = family_of(request)
         with self._lock:
             with self._state:
+                if self._closed:
+                    raise PlanCancelled("the compile was stopped: the server is ending")
                 self._cancelled = False
             limit = self._reserve(timeout_s)
             with self._state:
@@ -182,7 +185,10 @@ class PlanWorker:
             return True
 
     def close(self) -> None:
-        """Ends the child at once; a compile in progress fails as cancelled, and its thread cleans up."""
+        """Ends the child at once and starts no further compile; a compile in progress fails as
+        cancelled, and its thread cleans up."""
+        with self._state:
+            self._closed = True
         if self._lock.acquire(blocking=False):
             try:
                 with self._state:
