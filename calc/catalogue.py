@@ -201,18 +201,44 @@ def make_spec(
     return spec
 
 
+def request_weights(spec: ModelSpec, head_features: int) -> tuple[int, ...]:
+    """The parameters of each weight that grows with the request: the classifier of ``classes``
+    outputs on ``head_features`` inputs (the application's own top, or the new head of
+    ``include_top=False``), and VGG's Flatten -> fc1 top (others pool first)."""
+    head = ((head_features + 1) * spec.classes,)
+    if spec.include_top and spec.name in ("VGG16", "VGG19"):
+        # Five 2x2 max-pools with 'valid' padding: each floors the side by two.
+        flat = (spec.height // 32) * (spec.width // 32) * 512
+        return (flat * 4096 + 4096, 4097 * 4096, *head)
+    return head
+
+
 def approximate_params(spec: ModelSpec, head_features: int) -> int:
-    """Parameters that grow with the request: the classifier of ``classes`` outputs on
-    ``head_features`` inputs (the application's own top, or the new head of
-    ``include_top=False``), and VGG's Flatten -> fc1 top (others pool first).
+    """Parameters that grow with the request (``request_weights``).
 
     Only the request-dependent part is counted; it is what can make a request absurd
     (a million classes on ConvNeXtXLarge is a 2·10^9-parameter head). The rest of every
     application is fixed and below 400 million parameters.
     """
-    head = (head_features + 1) * spec.classes
-    if spec.include_top and spec.name in ("VGG16", "VGG19"):
-        # Five 2x2 max-pools with 'valid' padding: each floors the side by two.
-        flat = (spec.height // 32) * (spec.width // 32) * 512
-        return flat * 4096 + 4096 + 4097 * 4096 + head
-    return head
+    return sum(request_weights(spec, head_features))
+
+
+# While Keras draws a weight's initial values it holds two more tensors of its size: the
+# uniform or normal draw, and that draw scaled (keras/src/initializers/random_initializers.py
+# calls ``random.uniform(shape, minval, maxval)``, which draws in [0, 1) and then scales and
+# shifts). Measured: VGG16 builds at 64-480 px peaked at the process's own size plus the weights
+# plus two copies of fc1 (within 0.15 GiB on TensorFlow; the JAX compile child peaks above that).
+INITIALIZER_COPIES = 2
+
+
+def build_bytes_at_least(spec: ModelSpec) -> int:
+    """What a process needs at least, on top of its own size, to build ``spec``'s weights: every
+    weight that grows with the request in float32, and the initializer's copies of the largest.
+
+    A lower bound (the application's fixed weights are left out): a child whose budget is below
+    it would be stopped for memory, so the build is refused before a child starts."""
+    entry = CATALOGUE.get(spec.name)
+    if entry is None:
+        return 0
+    weights = request_weights(spec, entry.top_features if spec.include_top else entry.backbone_features)
+    return 4 * (sum(weights) + INITIALIZER_COPIES * max(weights))

@@ -163,6 +163,23 @@ def test_the_worker_builds_what_an_in_process_build_gives(worker):
 
 
 @pytest.mark.server
+def test_the_weights_bound_stays_below_what_a_real_build_holds():
+    """``build_bytes_at_least`` refuses builds before a child starts, so it must never exceed what
+    one takes: VGG16's builds grow with fc1, three copies of it while Keras draws its values."""
+    from calc.catalogue import build_bytes_at_least
+    from calc.requests import spec_to_dict
+    from calc.workers.protocol import child_env, run_once
+
+    small, large = make_spec("VGG16", 64), make_spec("VGG16", 352)
+    peaks = {}
+    for spec in (small, large):
+        outcome = run_once("build", spec_to_dict(spec), env=child_env(), timeout_s=120, poll_s=0.05)
+        assert outcome.reply.answer is not None
+        peaks[spec] = outcome.reply.peak_rss_bytes
+    assert build_bytes_at_least(small) <= peaks[small] and build_bytes_at_least(large) <= peaks[large]
+
+
+@pytest.mark.server
 def test_a_killed_worker_is_an_error_for_that_request_only(worker):
     import os
     import signal
@@ -221,18 +238,18 @@ def test_a_build_stopped_at_its_limit_is_answered_from_memory_not_rebuilt():
     w.command = (sys.executable, "-c", "import sys, time\nfor line in sys.stdin:\n    time.sleep(60)")
     try:
         with pytest.raises(BuildError, match="more than 1 s"):
-            w.build(make_spec("VGG16", 544))
+            w.build(make_spec("VGG16", 320))
         start = time.monotonic()
         for _ in range(3):
             with pytest.raises(BuildError, match="not tried again for 30 minutes"):
-                w.build(make_spec("VGG16", 544))
+                w.build(make_spec("VGG16", 320))
         assert time.monotonic() - start < 0.5 and w.started == 1
         with pytest.raises(BuildError, match="more than 1 s"):  # another size is tried
-            w.build(make_spec("VGG16", 545))
+            w.build(make_spec("VGG16", 321))
         assert w.started == 2
-        w.failures.remember(make_spec("VGG16", 544), "old", keep_s=0)  # as if its 30 minutes had passed
+        w.failures.remember(make_spec("VGG16", 320), "old", keep_s=0)  # as if its 30 minutes had passed
         with pytest.raises(BuildError, match="more than 1 s"):  # and the first again once the memory lapses
-            w.build(make_spec("VGG16", 544))
+            w.build(make_spec("VGG16", 320))
         assert w.started == 3
     finally:
         w.close()

@@ -309,3 +309,30 @@ def test_a_closed_compile_worker_starts_no_further_compile():
     with pytest.raises(PlanCancelled, match="the server is ending"):
         worker.compile({"spec": {}, "config": {}}, timeout_s=60)
     assert worker.started == 0
+
+
+def test_a_model_whose_weights_alone_pass_the_budget_is_refused_before_a_child_starts():
+    """VGG16 at 544 px: its fc1 alone is 606 million parameters, and Keras holds three copies of
+    it while it draws its values (7 GiB); eight such tabs each used to grow a child to its budget."""
+    from calc.catalogue import build_bytes_at_least, make_spec
+    from calc.requests import spec_to_dict
+    from calc.workers.builds import BuildError, BuildWorker
+    from calc.workers.plans import PlanWorker, compile_plan
+    from calc.xla import PlanError
+
+    huge, fine = make_spec("VGG16", 544), make_spec("VGG16", 224)
+    assert build_bytes_at_least(huge) > 6 << 30 > build_bytes_at_least(fine) > 3 * 4 * 102_764_544
+    assert build_bytes_at_least(make_spec("ResNet50", 224)) == 4 * 3 * 2049 * 1000  # the head, drawn once
+    builder = BuildWorker()  # 3 GiB, 6 GiB during a build
+    with pytest.raises(BuildError, match=r"needs more than 6\.\d GiB for its weights alone.*not started"):
+        builder.build(huge)
+    assert builder.started == 0
+    request = {"spec": spec_to_dict(huge), "config": {}}
+    compiler = PlanWorker(max_rss_bytes=4 << 30)
+    with pytest.raises(PlanError, match="past a compile's memory budget of 4.0 GiB: not started"):
+        compiler.compile(request)
+    assert compiler.started == 0
+    with pytest.raises(PlanError, match="not started"):
+        compile_plan(request, max_rss_bytes=4 << 30)
+    builder.close()
+    compiler.close()

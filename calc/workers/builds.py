@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from calc.catalogue import ModelSpec
+from calc.catalogue import ModelSpec, build_bytes_at_least
 from calc.profile_json import profile_from_dict
 from calc.requests import spec_to_dict
 from calc.types import ModelProfile
@@ -74,14 +74,20 @@ class BuildWorker:
     def build(self, spec: ModelSpec) -> ModelProfile:
         """Builds ``spec`` in the child and returns its profile; raises ``BuildError``.
 
-        A build stopped for its time or memory limit fails again at once for
-        ``FAILURE_MEMORY_S``, without a child.
+        A build whose weights alone need more than the budget (``build_bytes_at_least``) is
+        refused before it starts; one stopped for its time or memory limit fails again at once
+        for ``FAILURE_MEMORY_S``, without a child.
         """
         with self._lock:
             if (failed := self.failures.recall(spec)) is not None:
                 message, age_s = failed
                 raise BuildError(f"{message} ({age_s / 60:.0f} min ago; not tried again for "
                                  f"{FAILURE_MEMORY_S / 60:.0f} minutes)")
+            if (need := build_bytes_at_least(spec)) > self.stop_rss_bytes:
+                raise BuildError(f"Building {spec.name} at {spec.height}x{spec.width} needs more than "
+                                 f"{gib(need)} for its weights alone, past the builder's memory budget of "
+                                 f"{gib(self.stop_rss_bytes)}: not started. Use a smaller image, fewer classes "
+                                 "or include_top=False.")
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
             try:  # the build's budget, from the pool all children share

@@ -60,6 +60,22 @@ def _raise_for(reply: Reply, timeout_s: float, max_rss_bytes: int, tail: str) ->
         raise PlanError(f"the compile failed: {_one_line(tail)}")
 
 
+def refuse_unbuildable(request: dict[str, Any], max_rss_bytes: int) -> None:
+    """Raises ``PlanError`` before a child starts when the request's model needs more than
+    ``max_rss_bytes`` for its weights alone (``calc.catalogue.build_bytes_at_least``): the child
+    builds the model's weights before it compiles, and would be stopped for memory."""
+    from calc.catalogue import ModelSpec, build_bytes_at_least
+    from calc.requests import spec_from_dict
+
+    try:
+        spec = spec_from_dict(request["spec"])
+    except (KeyError, TypeError, ValueError):
+        return  # the child says what is wrong with the request
+    if isinstance(spec, ModelSpec) and (need := build_bytes_at_least(spec)) > max_rss_bytes:
+        raise PlanError(f"building {spec.name} at {spec.height}x{spec.width} needs more than {gib(need)} for "
+                        f"its weights alone, past a compile's memory budget of {gib(max_rss_bytes)}: not started")
+
+
 def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_rss_bytes: int | None = None,
                  poll_s: float = 0.25) -> dict[str, Any]:
     """XLA's memory analysis of the request's step (``calc.xla.cache.plan_request``), compiled
@@ -70,6 +86,7 @@ def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_r
     """
     # One compile peaked at 0.9-2.4 GiB resident on catalogue models.
     max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
+    refuse_unbuildable(request, max_rss_bytes)
     try:
         outcome = run_once("plan-xla", request, env=plan_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes,
                            poll_s=poll_s, tail_lines=2)
@@ -124,6 +141,7 @@ class PlanWorker:
                 if self._closed:
                     raise PlanCancelled("the compile was stopped: the server is ending")
                 self._cancelled = False
+            refuse_unbuildable(request, self.max_rss_bytes)
             limit = self._reserve(timeout_s)
             with self._state:
                 child = self._ready_child(family)
