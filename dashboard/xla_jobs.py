@@ -13,7 +13,9 @@ wants lapse after ``LEASE_S``, and a compile nobody wants any more is dropped, o
 it runs. Compiles run in ``compile_workers()`` worker processes that keep the model built
 (``calc.workers.plans.PlanWorker``) at a lower CPU priority than the pages, the most urgent
 first: a batch with no XLA number at all, then a curve's second plan, then searches, then
-plans that refine a drawn point.
+plans that refine a drawn point. A compile that has run ``YIELD_S`` while another visitor's
+compile waits for a worker gives way: it is stopped and runs again when no other waits, so
+that one link (a huge image, full remat) cannot hold the queue for its whole time limit.
 
 ``CALC_XLA_COMPILES=off`` (hosting operators, tests) turns compiling off: pages then show
 only shipped or cached plans. Nothing here imports Streamlit.
@@ -45,6 +47,9 @@ BUSY_KEPT_S = 60.0  # one that found no room in the children's memory pool (calc
 MAX_CONFIGS = 32  # configurations with pending compiles, server-wide (a class of thirty); past it one waits
 MAX_PER_CLIENT = 16  # of those, from one address (a class behind one NAT shares one)
 CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
+# A compile gives way after this long while another visitor's compile waits for its worker: nine
+# compiles in ten took 3-32 s here, and a new model's build 5-20 s more.
+YIELD_S = 120.0
 FIRST_ESTIMATE_S = (45.0, 15.0)  # a compile's seconds (new model, kept model) until this host has timed its own
 
 
@@ -130,7 +135,9 @@ class Progress:
     steps: int = 0  # SEARCH: about how many the search takes in all
     message: str = ""  # failed, refused: one line
     held_by: str = ""  # refused: "server" (every place taken) or "client" (this address's share taken);
-    # running: "memory" while the compile waits for room in the children's memory pool
+    # running: "memory" while the compile waits for room in the children's memory pool;
+    # queued: "yielded" when it gave way to other visitors' compiles after ``limit_s``
+    limit_s: float = 0.0  # queued and yielded: how long it may run while another visitor's compile waits
     count: int = 0  # refused: the configurations holding those places
 
 
@@ -138,7 +145,10 @@ class Progress:
 class _Running:
     task: tuple[Setup, int]
     worker: PlanWorker
-    started_s: float
+    started_s: float  # time.time(), for the page
+    client: str = ""  # the client it was started for
+    since: float = 0.0  # time.monotonic()
+    yielding: bool = False  # stopped to give way; ends as cancelled
 
 
 @dataclass
@@ -158,12 +168,14 @@ class Scheduler:
         lease_s: how long a session's wants live without being asked again.
         max_configs: configurations with pending compiles at once; a further one waits for a place.
         max_per_client: of those, from one client (address); a further one from it waits.
+        yield_s: a compile that has run this long gives way while another client's compile waits.
     """
 
     def __init__(self, workers: int | None = None, *, worker: Callable[[], Any] = PlanWorker,
                  lease_s: float = LEASE_S, max_configs: int = MAX_CONFIGS,
-                 max_per_client: int = MAX_PER_CLIENT) -> None:
+                 max_per_client: int = MAX_PER_CLIENT, yield_s: float = YIELD_S) -> None:
         self.lease_s = lease_s
+        self.yield_s = yield_s
         self.max_configs = max_configs
         self.max_per_client = max_per_client
         self._cond = threading.Condition()
@@ -172,6 +184,7 @@ class Scheduler:
         self._failed = FailureMemory()  # compiles that failed, by (setup, batch)
         self._searched: dict[tuple[Setup, int], int] = {}  # (setup, budget) -> search compiles finished
         self._served: dict[str, float] = {}  # client -> when a compile it wanted last started
+        self._yielded: dict[tuple[Setup, int], int] = {}  # compiles that gave way -> how often; they go last
         self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
         self._curves: dict[Setup, tuple[int, float, PlanCurve]] = {}  # setup -> (version, read at, curve)
         self._times: dict[bool, list[float]] = {True: [], False: []}  # seconds of compiles: kept model, new model
@@ -226,6 +239,7 @@ class Scheduler:
             self._failed.clear()
             self._searched.clear()
             self._served.clear()
+            self._yielded.clear()
             for run in self._running.values():
                 run.worker.cancel()
             self._cond.notify_all()
@@ -263,10 +277,11 @@ class Scheduler:
                 self._curves.pop(next(iter(self._curves)))
         return kept[2]
 
-    def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[tuple[int, float, float], Want, str]]:
-        """Every compile some live want needs now and that is not running or failed: task -> ((kind,
-        when its client was last served, since), one want behind it, its client); of at most
-        ``max_configs`` configurations, and ``max_per_client`` from one client, the most urgent first."""
+    def _tasks(self, now: float) -> dict[tuple[Setup, int], tuple[tuple[bool, int, float, float], Want, str]]:
+        """Every compile some live want needs now and that is not running or failed: task -> ((whether
+        it gave way before, kind, when its client was last served, since), one want behind it, its
+        client); of at most ``max_configs`` configurations, and ``max_per_client`` from one client, the
+        most urgent first."""
         candidates: list[tuple[int, float, str, tuple[Setup, int], Want]] = []
         running = {setup for setup, _ in self._running}
         per_client: dict[str, set[Setup]] = {}  # each client's configurations with places
@@ -282,7 +297,7 @@ class Scheduler:
         # configuration's first plan takes a place before another's search, and clients take turns,
         # so that a script holding many sessions open makes a newcomer wait for one of its compiles,
         # not for all of them.
-        tasks: dict[tuple[Setup, int], tuple[tuple[int, float, float], Want, str]] = {}
+        tasks: dict[tuple[Setup, int], tuple[tuple[bool, int, float, float], Want, str]] = {}
         admitted = set(running)
         for kind, since, client, task, want in sorted(
                 candidates, key=lambda c: (c[0], self._served.get(c[2], 0.0), c[1])):
@@ -295,8 +310,8 @@ class Scheduler:
                         continue  # past the cap: waits for a place
                     admitted.add(task[0])
                 mine.add(task[0])
-            if task not in tasks:
-                tasks[task] = ((kind, self._served.get(client, 0.0), since), want, client)
+            if task not in tasks:  # one that gave way runs after every other
+                tasks[task] = ((task in self._yielded, kind, self._served.get(client, 0.0), since), want, client)
         return tasks
 
     def _failure(self, task: tuple[Setup, int]) -> str | None:
@@ -317,6 +332,7 @@ class Scheduler:
         with self._cond:
             while not self._stopped:
                 self._drop_unwanted(time.monotonic())
+                self._give_way(time.monotonic())
                 self._cond.wait(0.5)
 
     def _loop(self) -> None:
@@ -330,7 +346,7 @@ class Scheduler:
                         # A worker that holds this configuration's model compiles it in half the time.
                         worker = next((w for w in self._idle if self._warm.get(id(w)) == task[0]), self._idle[0])
                         self._idle.remove(worker)
-                        self._running[task] = _Running(task, worker, time.time())
+                        self._running[task] = _Running(task, worker, time.time(), tasks[task][2], now)
                         picked = (task, worker, tasks[task][1])
                         self._served[tasks[task][2]] = now
                         if len(self._served) > 4 * self.max_configs:  # only clients still here are kept
@@ -354,6 +370,21 @@ class Scheduler:
         for task, run in self._running.items():
             if task not in wanted:
                 run.worker.cancel()
+
+    def _give_way(self, now: float) -> None:
+        """Stops compiles that have run ``yield_s`` while another client's compile waits for a worker
+        (none is idle); each runs again once no other waits, after every compile that never gave way."""
+        long = [run for run in self._running.values() if not run.yielding and now - run.since > self.yield_s]
+        if not long or self._idle:
+            return
+        waiting = {client for (yielded, *_), _, client in self._tasks(now).values() if not yielded}
+        for run in long:
+            if waiting - {run.client}:
+                run.yielding = True
+                run.worker.cancel()
+                self._yielded[run.task] = self._yielded.get(run.task, 0) + 1
+                if len(self._yielded) > 4 * self.max_configs:
+                    self._yielded.pop(next(iter(self._yielded)))
 
     def _run(self, task: tuple[Setup, int], worker: PlanWorker, want: Want) -> None:
         setup, batch = task
@@ -379,6 +410,8 @@ class Scheduler:
             self._warm[id(worker)] = setup if finished else None
             if error is not None:
                 self._failed.remember(task, error, kept_s)
+            if error is not None or finished:
+                self._yielded.pop(task, None)
             if finished:
                 self.compiled += 1
                 times = self._times[warm]
@@ -424,8 +457,9 @@ class Scheduler:
             elif (want.setup, batch) in tasks:
                 ahead = order.index((want.setup, batch))
                 wait = (sum(running_left) + ahead * self.estimate_s(False)) / self._count
+                yielded = dict(held_by="yielded", limit_s=self.yield_s) if (want.setup, batch) in self._yielded else {}
                 progress[want] = Progress("queued", batch, ahead=ahead + len(self._running),
-                                          eta_s=wait + self.estimate_s(False), **steps)
+                                          eta_s=wait + self.estimate_s(False), **yielded, **steps)
             else:
                 mine = {w.setup for other in self._sessions.values() if other.client == held.client
                         for w in other.wants}

@@ -187,6 +187,9 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
     if progress.state == "running":
         return tr("Compiling {what}: {seconds:.0f} s so far, about {left:.0f} s left.", what=what,
                   seconds=progress.seconds, left=progress.eta_s)
+    if progress.held_by == "yielded":
+        return tr("Paused: {what}. It compiled for more than {limit:.0f} s while other visitors' compiles waited, "
+                  "so it gave way; it runs again when none waits.", what=what, limit=progress.limit_s)
     if progress.ahead == 1:
         return tr("Queued: {what}; 1 compile ahead, about {wait:.0f} s.", what=what, wait=progress.eta_s)
     return tr("Queued: {what}; {ahead} compiles ahead, about {wait:.0f} s.", what=what, ahead=progress.ahead,

@@ -214,6 +214,38 @@ def test_clients_take_turns_and_one_client_holds_at_most_its_share():
         made.shutdown()
 
 
+def test_a_long_compile_gives_way_to_another_visitors_and_runs_again_when_none_waits():
+    """One link (NASNetLarge at 8192 px, full remat) once held the only worker for 16 minutes. Past
+    ``yield_s`` a compile is stopped when another client's waits, goes after every other, says so,
+    and finishes once nobody else waits; a compile that gave way never makes another give way."""
+    from dashboard.xla_step import progress_text
+
+    FakeWorker.gate = threading.Event()
+    made = Scheduler(1, worker=FakeWorker, lease_s=5, yield_s=0.3)
+    try:
+        long = Want(setup("NASNetLarge", 331), Kind.PLAN, batch=1)
+        made.ask("slow", [long], client="10.0.0.1")
+        wait_for(lambda: FakeWorker.calls == [1])
+        time.sleep(1.0)  # past yield_s with nobody else waiting: it goes on
+        assert made.ask("slow", [long])[long].state == "running"
+        quick = Want(setup("MobileNetV2", 96), Kind.PLAN, batch=8)
+        made.ask("newcomer", [quick], client="10.0.0.2")
+        wait_for(lambda: FakeWorker.calls == [1, 8])
+        paused = made.ask("slow", [long])[long]
+        assert (paused.state, paused.held_by, paused.limit_s) == ("queued", "yielded", 0.3)
+        assert "It compiled for more than 0 s while other visitors' compiles waited, so it gave way" in \
+            progress_text(long, paused)
+        time.sleep(1.0)  # the newcomer's compile runs past yield_s too: the one that gave way does not stop it
+        made.ask("newcomer", [quick])
+        assert made.ask("slow", [long])[long].state == "queued" and FakeWorker.calls == [1, 8]
+        FakeWorker.gate.set()
+        wait_for(lambda: made.ask("slow", [long])[long].state == "done")
+        assert FakeWorker.calls == [1, 8, 1] and made.compiled == 2
+    finally:
+        FakeWorker.gate.set()
+        made.shutdown()
+
+
 def test_with_compiles_off_nothing_runs(scheduler, monkeypatch):
     monkeypatch.setenv(xla_jobs.COMPILES_ENV, "off")
     want = Want(setup(), Kind.PLAN, batch=8)
