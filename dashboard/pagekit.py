@@ -30,19 +30,25 @@ def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
 
 def _catalogue_profile(inputs: Inputs) -> ModelProfile:
     try:
-        spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
-        if not needs_build(spec):
-            return load_profile(spec)
-        waiting = st.empty()
-        with BUILDS.turn(lambda ahead: waiting.info(_builds_ahead(ahead))):
-            waiting.empty()
-            with st.spinner(tr("Building {model} at {height}x{width} once (weights=None)…", model=spec.name,
-                               height=spec.height, width=spec.width)):
-                profile = load_profile(spec)
+        return catalogue_profile(inputs.model, inputs)
     except ValueError as exc:
         st.error(plain(exc))
         st.stop()
-    return profile
+        raise  # st.stop() ends the script; this line only tells type checkers
+
+
+def catalogue_profile(model: str, inputs: Inputs) -> ModelProfile:
+    """A catalogue model's profile at the sidebar's size; a build waits for its turn among every
+    visitor's builds (``dashboard.turns.BUILDS``), saying so. Raises ``ValueError`` (one line)."""
+    spec = spec_for(model, inputs.image_size, inputs.train_mode == "frozen_backbone")
+    if not needs_build(spec):
+        return load_profile(spec)
+    waiting = st.empty()
+    with BUILDS.turn(lambda ahead: waiting.info(_builds_ahead(ahead))):
+        waiting.empty()
+        with st.spinner(tr("Building {model} at {height}x{width} once (weights=None)…", model=spec.name,
+                           height=spec.height, width=spec.width)):
+            return load_profile(spec)
 
 
 def _uploaded_profile() -> ModelProfile:

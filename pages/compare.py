@@ -6,7 +6,7 @@ import streamlit as st
 from calc.gpus import GPU_PRESETS
 from dashboard import charts, figures, views, xla_view
 from dashboard.i18n import tr
-from dashboard.loaders import load_profile, spec_for
+from dashboard.pagekit import catalogue_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MAX_COMPARED, MODELS
@@ -42,9 +42,8 @@ else:
                   margin=inputs.margin))
 profiles = {}
 for name in models:
-    try:
-        with st.spinner(tr("Building {model} once (weights=None)…", model=name)):
-            profiles[name] = load_profile(spec_for(name, inputs.image_size, inputs.train_mode == "frozen_backbone"))
+    try:  # each build takes its turn among every visitor's builds
+        profiles[name] = catalogue_profile(name, inputs)
     except ValueError as exc:
         st.error(f"{name}: {plain(exc)}")
 if not profiles:
