@@ -36,6 +36,18 @@ over from one turn does not slow the next.
    (MobileNetV2 216 px, a compile as long). Reported: both newcomers' plans and their ratio, and the
    cores the server's process tree uses 15 s after everyone left (a compile nobody waits for runs
    near one core).
+6. hostile: the floods of a hostile visitor at once, each tab from its own address (an
+   ``X-Forwarded-For`` the server trusts from loopback, as behind the documented proxy): a newcomer
+   opens a new configuration on the quiet server (as in flood); then a tab opens the link that once
+   held the only worker for 16 minutes (``HEAVY_LINK``: NASNetLarge at 8192 px, full remat, on a
+   B200) and stays; once its page is drawn and its compile has run 10 s, 8 tabs ask VGG16 at 540-547
+   px (builds past the builder's budget), 3 tabs open Compare with 6 models at new sizes (18 builds),
+   3 tabs stay until their own plan shows and then close (their searches were asked), and
+   ``--flood`` N short visits come and go; then a newcomer opens another new configuration.
+   Reported: the newcomer's first render and plan against the quiet server's (ratios), the largest
+   resident size of the server's process tree and of its children alone (against
+   ``CALC_CHILDREN_GIB``, default three quarters of the host), and 15 s after everyone left the cores
+   in use and the children still running.
 
 Measured, in seconds from sending the rerun: the first run's ``script_finished`` (the first render)
 and the first metric labelled ``Planned peak (XLA...`` on a page whose link shows what was sent (a
@@ -81,11 +93,14 @@ SEARCH_BUTTON = "xla_max_batch"  # the older Estimator's "Find the largest batch
 SHIPPED_LINK = "model=MobileNetV2&image_size=224&batch_size=32&optimizer=adam&precision=float32&gpu=t4"
 NEW_LINK = "model=ResNet50&image_size=160&batch_size=24&optimizer=sgd&precision=float32&gpu=l4"
 VISITOR_MODEL, MAX_VISITORS = "MobileNetV2", 30
-SCENARIOS = ("first-number", "batch-change", "new-config", "visitors", "flood")
-GROUPS = (("first-number", "batch-change"), ("new-config",), ("visitors",), ("flood",))  # one visitor runs each
+SCENARIOS = ("first-number", "batch-change", "new-config", "visitors", "flood", "hostile")
+GROUPS = (("first-number", "batch-change"), ("new-config",), ("visitors",), ("flood",), ("hostile",))
 # flood: the newcomer's link on the quiet server, and (another size, a compile as long) after the flood.
 NEWCOMER_IDLE = "model=MobileNetV2&image_size=200&batch_size=32&optimizer=sgd&precision=float32&gpu=t4"
 NEWCOMER_FLOODED = "model=MobileNetV2&image_size=216&batch_size=32&optimizer=sgd&precision=float32&gpu=t4"
+HEAVY_LINK = "model=NASNetLarge&image_size=8192&batch_size=1&optimizer=adam&precision=float32&gpu=b200&remat=full"
+HEAVY_HEAD_START_S = 10.0  # the heavy link's compile runs this long before the floods come
+COMPARED = "ResNet50,MobileNetV2,VGG16,DenseNet121,EfficientNetB0,InceptionV3"
 LEFT_S = 15.0  # after everyone left: a closed tab's wants lapse in 12 s, a running compile is stopped then
 POLL_S = 1.0  # a reading visitor looks at its goal this often even when the server says nothing
 QUIET_CORES, QUIET_WINDOW_S, QUIET_LIMIT_S = 0.3, 3.0, 240.0
@@ -329,12 +344,118 @@ async def flood(url: str, args, group: tuple[str, ...]) -> dict:
                       "first_render_s": flooded["first_render_s"], "cores_after_left": cores, "errors": errors}}
 
 
+def hostile_tabs(url: str, n: int) -> dict[str, list[Visitor]]:
+    """The hostile floods' tabs, each from its own address: builds past the budget, Compare at new sizes,
+    tabs that stay for their plan (their searches asked) and then close, and ``n`` short visits."""
+    def tab(query: str, address: str, page: str = "", chart: bool = True) -> Visitor:
+        t = Visitor(url, query)
+        t.headers, t.page_name, t.expects_chart = {"X-Forwarded-For": address}, page, chart
+        return t
+
+    return {
+        "builds": [tab(f"model=VGG16&image_size={540 + i}&batch_size=32&optimizer=adam&precision=float32&gpu=t4",
+                       f"10.0.2.{i}", chart=False) for i in range(8)],  # refused: no chart
+        "compare": [tab(f"models={COMPARED}&image_size={250 + 16 * i}&batch_size=32&optimizer=adam&precision=float32"
+                        "&gpu=t4", f"10.0.3.{i}", "compare", chart=False) for i in range(3)],
+        "searches": [tab(f"model=MobileNetV2&image_size={144 + 16 * i}&batch_size=32&optimizer=adam"
+                         "&precision=float32&gpu=t4", f"10.0.4.{i}") for i in range(3)],
+        "short": [tab(q, f"10.0.5.{i}") for i, q in enumerate(flood_links(n))],
+    }
+
+
+def tree(pid: int) -> list[int]:
+    """The process and its live descendants."""
+    out, pids = [], [pid]
+    while pids:
+        p = pids.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                pids += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+    return out
+
+
+def resident(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return 0
+
+
+async def watch_memory(pid: int, peaks: dict, stop: asyncio.Event) -> None:
+    """The largest resident size of the server's tree, and of its children alone, every half second."""
+    while not stop.is_set():
+        sizes = [resident(p) for p in tree(pid)]
+        peaks["tree"] = max(peaks.get("tree", 0), sum(sizes))
+        peaks["children"] = max(peaks.get("children", 0), sum(sizes[1:]))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
+def running_children(pid: int) -> int:
+    """The server's descendants that are running or waiting on the disk now."""
+    count = 0
+    for p in tree(pid)[1:]:
+        with contextlib.suppress(OSError, IndexError):
+            count += open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] in ("R", "D")
+    return count
+
+
+async def hostile(url: str, args, group: tuple[str, ...]) -> dict:
+    """The newcomer on the quiet server, then again amid every hostile flood at once (``hostile_tabs``)."""
+    idle = await newcomer(url, NEWCOMER_IDLE, time.monotonic() + args.timeout)
+    await asyncio.sleep(LEFT_S)
+    peaks: dict = {}
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch_memory(args.server_pid, peaks, stop))
+    deadline = time.monotonic() + args.timeout
+    heavy = Visitor(url, link(HEAVY_LINK))
+    heavy.headers = {"X-Forwarded-For": "10.0.1.1"}
+    left = asyncio.Event()
+    tabs = hostile_tabs(url, args.flood)
+    try:
+        with contextlib.suppress(*NETWORK_ERRORS):
+            await heavy.connect()
+            await heavy.open(deadline)
+        staying = asyncio.create_task(visit(heavy, deadline, left.is_set)) if heavy.ws is not None else None
+        await asyncio.sleep(HEAVY_HEAD_START_S)
+        brief = tabs["builds"] + tabs["compare"] + tabs["short"]
+        waits = [visit(t, deadline, lambda: True) for t in brief]
+        waits += [visit(t, deadline, lambda t=t: t.since(PLAN) is not None) for t in tabs["searches"]]
+        flooding = asyncio.gather(*waits)
+        await asyncio.sleep(2.0)  # the floods' first runs are under way
+        flooded = await newcomer(url, NEWCOMER_FLOODED, deadline)
+        left.set()
+        await flooding
+        if staying is not None:
+            await staying
+    finally:
+        left.set()
+        await asyncio.gather(heavy.close(), *(t.close() for ts in tabs.values() for t in ts), return_exceptions=True)
+    await asyncio.sleep(LEFT_S)
+    cores, running = await cores_used(args.server_pid), running_children(args.server_pid)
+    stop.set()
+    await watcher
+    refused = [e for t in tabs["builds"] for e in t.errors if "not started" in e]
+    errors = idle["errors"] + flooded["errors"] + heavy.errors + [
+        e for ts in tabs.values() for t in ts for e in t.errors if e not in refused]
+    over = {k: round(flooded[k] / idle[k], 2) if flooded[k] and idle[k] else None
+            for k in ("plan_s", "first_render_s")}
+    return {"hostile": {"visits": args.flood, "idle_plan_s": idle["plan_s"], "plan_s": flooded["plan_s"],
+                        "over_idle": over["plan_s"], "idle_first_render_s": idle["first_render_s"],
+                        "first_render_s": flooded["first_render_s"], "render_over_idle": over["first_render_s"],
+                        "builds_refused": len(refused), "searches_planned": sum(
+                            t.since(PLAN) is not None for t in tabs["searches"]),
+                        "tree_peak_gib": round(peaks.get("tree", 0) / 2**30, 2),
+                        "children_peak_gib": round(peaks.get("children", 0) / 2**30, 2),
+                        "cores_after_left": cores, "running_after_left": running, "errors": errors}}
+
+
 def _finite(s: float) -> float | None:
     return None if math.isinf(s) else round(s, 2)
 
 
 RUNNERS = {("first-number", "batch-change"): first_and_batch, ("new-config",): new_config,
-           ("visitors",): visitors, ("flood",): flood}
+           ("visitors",): visitors, ("flood",): flood, ("hostile",): hostile}
 
 
 def sample(roots: list[int]) -> tuple[float, bool]:
@@ -427,6 +548,13 @@ def figure_lines(scenario: str, name: str, f: dict, timeout: float) -> list[str]
                 f"{f['visits']} short visits ({f['over_idle']}x; first render {sec('first_render_s')}); "
                 f"{f['cores_after_left']} cores "
                 f"in use {LEFT_S:.0f} s after everyone left"]
+    if scenario == "hostile":
+        return [f"  {name:<14} newcomer's plan {sec('idle_plan_s')} on the quiet server, {sec('plan_s')} amid the "
+                f"floods ({f['over_idle']}x); first render {sec('idle_first_render_s')} and "
+                f"{sec('first_render_s')} ({f['render_over_idle']}x); {f['builds_refused']} of 8 oversized builds "
+                f"refused before starting, {f['searches_planned']} of 3 staying tabs planned; process tree at most "
+                f"{f['tree_peak_gib']} GiB (children {f['children_peak_gib']} GiB); {LEFT_S:.0f} s after everyone "
+                f"left {f['cores_after_left']} cores in use, {f['running_after_left']} children running"]
     if "plan_s" not in f:
         return [f"  {name:<14} not run"]
     shown = (f["plan_label"] or "no plan shown") + (", in the first render" if f["in_first_render"] else "")
@@ -440,7 +568,9 @@ def figure_lines(scenario: str, name: str, f: dict, timeout: float) -> list[str]
 def report(args, result: dict, errors: list[str]) -> None:
     links = {"first-number": args.shipped_link, "batch-change": f"the same, batch_size={args.new_batch}",
              "new-config": args.new_link, "visitors": f"{args.visitors} x {visitor_links(1)[0]} (size varied)",
-             "flood": f"{args.flood} x {flood_links(1)[0]} (size and batch varied), newcomer {NEWCOMER_FLOODED}"}
+             "flood": f"{args.flood} x {flood_links(1)[0]} (size and batch varied), newcomer {NEWCOMER_FLOODED}",
+             "hostile": f"{HEAVY_LINK} staying, VGG16 540-547 px, Compare {COMPARED} at new sizes, 3 tabs until "
+                        f"their plan, {args.flood} short visits; newcomer {NEWCOMER_FLOODED}"}
     print(f"\nXLA's answer on the Estimator, seconds from the rerun sent ({os.cpu_count()} CPUs; "
           f"timeout {args.timeout:.0f} s a scenario)")
     for scenario, by in result["scenarios"].items():

@@ -49,7 +49,7 @@ MAX_PER_CLIENT = 16  # of those, from one address (a class behind one NAT shares
 CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
 # A compile gives way after this long while another visitor's compile waits for its worker: nine
 # compiles in ten took 3-32 s here, and a new model's build 5-20 s more.
-YIELD_S = 120.0
+YIELD_S = 60.0
 FIRST_ESTIMATE_S = (45.0, 15.0)  # a compile's seconds (new model, kept model) until this host has timed its own
 
 
