@@ -436,14 +436,15 @@ async def hostile(url: str, args, group: tuple[str, ...]) -> dict:
     stop.set()
     await watcher
     refused = [e for t in tabs["builds"] for e in t.errors if "not started" in e]
+    failed = [e for t in tabs["builds"] for e in t.errors if "memory budget" in e and e not in refused]
     errors = idle["errors"] + flooded["errors"] + heavy.errors + [
-        e for ts in tabs.values() for t in ts for e in t.errors if e not in refused]
+        e for ts in tabs.values() for t in ts for e in t.errors if e not in refused and e not in failed]
     over = {k: round(flooded[k] / idle[k], 2) if flooded[k] and idle[k] else None
             for k in ("plan_s", "first_render_s")}
     return {"hostile": {"visits": args.flood, "idle_plan_s": idle["plan_s"], "plan_s": flooded["plan_s"],
                         "over_idle": over["plan_s"], "idle_first_render_s": idle["first_render_s"],
                         "first_render_s": flooded["first_render_s"], "render_over_idle": over["first_render_s"],
-                        "builds_refused": len(refused), "searches_planned": sum(
+                        "builds_refused": len(refused), "builds_failed": len(failed), "searches_planned": sum(
                             t.since(PLAN) is not None for t in tabs["searches"]),
                         "tree_peak_gib": round(peaks.get("tree", 0) / 2**30, 2),
                         "children_peak_gib": round(peaks.get("children", 0) / 2**30, 2),
@@ -551,8 +552,8 @@ def figure_lines(scenario: str, name: str, f: dict, timeout: float) -> list[str]
     if scenario == "hostile":
         return [f"  {name:<14} newcomer's plan {sec('idle_plan_s')} on the quiet server, {sec('plan_s')} amid the "
                 f"floods ({f['over_idle']}x); first render {sec('idle_first_render_s')} and "
-                f"{sec('first_render_s')} ({f['render_over_idle']}x); {f['builds_refused']} of 8 oversized builds "
-                f"refused before starting, {f['searches_planned']} of 3 staying tabs planned; process tree at most "
+                f"{sec('first_render_s')} ({f['render_over_idle']}x); of 8 oversized builds {f['builds_refused']} refused "
+                f"before starting, {f['builds_failed']} stopped at the budget; {f['searches_planned']} of 3 staying tabs planned; process tree at most "
                 f"{f['tree_peak_gib']} GiB (children {f['children_peak_gib']} GiB); {LEFT_S:.0f} s after everyone "
                 f"left {f['cores_after_left']} cores in use, {f['running_after_left']} children running"]
     if "plan_s" not in f:
