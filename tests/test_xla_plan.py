@@ -179,7 +179,7 @@ def test_a_process_that_compiles_in_a_row_hands_the_machine_to_one_that_waits():
 
 def test_a_child_that_ends_without_an_answer_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr("sys.executable", "/bin/sleep")
-    monkeypatch.setattr(plans, "plan_env", lambda: {})
+    monkeypatch.setattr(plans, "plan_env", lambda dump=None: {})
     # `/bin/sleep -m calc.workers.child plan-xla` fails at once: an answer-less child is a one-line error.
     with pytest.raises(xla.PlanError, match="the compile failed"):
         plans.compile_plan({"x": 1}, timeout_s=5)
@@ -427,3 +427,32 @@ def test_a_saved_file_is_planned_with_its_own_weights(capsys):
     assert 4 * profile.total_params <= out["components"]["weights"] <= 4 * profile.total_params + 64
     # Adam: two slots a trainable parameter, and its iteration count and learning rate.
     assert 8 * profile.trainable_params <= out["components"]["optimizer_state"] <= 8 * profile.trainable_params + 64
+
+
+@needs_plan
+@pytest.mark.keras
+def test_what_fills_a_small_networks_peak_is_what_its_backward_pass_needs_by_hand(tmp_path, monkeypatch):
+    """256 inputs -> Dense 2048 (relu, "wide") -> Dense 10 ("head"), SGD, batches 64 and 128.
+
+    XLA's temporaries peak in wide's backward pass, as its weight gradient is made: dW = x^T dZ,
+    2048 x 256 floats (2 MiB whatever the batch), from dZ, the gradient of wide's output (batch x
+    2048 floats), with the input batch itself (an argument) as x. Nothing of the forward pass is
+    needed any more, so no activation is live; cuBLAS's workspace is the rest of the block."""
+    import keras
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(2048, activation="relu", name="wide"),
+                              keras.layers.Dense(10, name="head")])
+    model.save(tmp_path / "wide.keras")
+    for batch in (64, 128):
+        plan = xla.compute_plan(ModelFile(str(tmp_path / "wide.keras")),
+                                TrainingConfig(batch_size=batch, optimizer="sgd", device="gpu"), "t4", explained=True)
+        kinds, explained = plan.breakdown(), plan.explained
+        assert kinds is not None and explained is not None
+        assert sum(kinds.values()) == plan.peak_bytes  # every byte in one kind
+        assert kinds["weights"] == 4 * (256 * 2048 + 2048 + 2048 * 10 + 10)
+        assert kinds["input_batch"] == 4 * batch * 256 + 4 * batch  # the features and the labels
+        assert kinds["gradients"] == 4 * 2048 * 256 + 4 * batch * 2048
+        assert kinds["activations"] == 0 and kinds["workspace"] > 0
+        assert (explained.moment_layer, explained.moment_phase) == ("wide", "backward")
+        assert dict(dict(explained.layers)["wide"])["gradients"] == kinds["gradients"]

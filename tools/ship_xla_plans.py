@@ -95,7 +95,8 @@ def write(models: list[str] | None = None) -> None:
         request, key = xla.family_request(spec, config, gpu)
         plans = cache.read_family(key)
         if plans:
-            families[key] = {"label": label, "plans": {str(b): {k: raw[k] for k in cache.KEPT_FIELDS if k in raw}
+            families[key] = {"label": label, "plans": {str(b): {k: raw[k] for k in cache.KEPT_FIELDS
+                                                                if k in raw and k not in cache.NOT_SHIPPED}
                                                        for b, raw in sorted(plans.items())}}
 
     for spec, config, gpu in validation_requests():

@@ -69,11 +69,12 @@ def _xla_plan_or_reason(args: argparse.Namespace, config: TrainingConfig, gpu: G
     remat = "" if args.remat == "none" else args.remat
     spec = _plan_spec(args)
     try:
-        if not args.compile:
+        explain = getattr(args, "explain", False)
+        if not args.compile and not explain:
             known = known_plans(spec, config, gpu.key, remat).at(config.per_replica_batch)
             if known is not None:
                 return known, None
-        return compute_plan(spec, config, gpu.key, remat), None
+        return compute_plan(spec, config, gpu.key, remat, explained=explain), None
     except PlanError as exc:
         return None, str(exc)
 
@@ -155,6 +156,8 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
         "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes, "framework_overhead_bytes": gpu.overhead_bytes,
         "margin": budget.margin,
         "fits": needed <= budget.usable_bytes,
+        "peak_breakdown": plan.breakdown(),
+        "peak_explained": plan.explained.to_dict() if plan.explained is not None else None,
     }
     how = ("compiled" if plan.compiled else
            f"drawn on the line through the plans compiled at batches {plan.drawn_through[0]} and "
@@ -168,6 +171,8 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: "
                  f"{'fits' if out['fits'] else 'does NOT fit'} ({needed / GIB:.2f} of {budget.usable_bytes / GIB:.2f} "
                  f"GiB usable with a {budget.margin:.1%} margin); `max-batch` finds the largest batch")
+    if getattr(args, "explain", False):
+        lines += explained_lines(plan)
     if budget.margin_is_measured:
         lines.append(f"  note: the margin is {budget.margin:.1%}, not {args.margin:.0%}: on {budget.measured.cases} "
                      f"steps measured on an H100, TensorFlow's XLA step took up to "
@@ -228,3 +233,34 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
         f"{edge} ({budget.plan_bytes / GIB:.2f} GiB for the plan after the framework overhead); {how}; found by "
         f"searching XLA's plans from the line through known plans (the graph-executor walk says {walk})"])
     return True
+
+
+KIND_LABELS = {
+    "weights": "weights", "optimizer_state": "optimizer state", "input_batch": "input batch",
+    "activations": "activations", "gradients": "gradients", "optimizer": "optimizer temporaries",
+    "workspace": "cuDNN/cuBLAS workspace", "layout_copies": "layout copies", "other": "other XLA values",
+    "packing": "heap packing", "step_outputs": "step outputs", "outside_step": "outside the step",
+}
+LAYERS_PRINTED = 12
+
+
+def explained_lines(plan) -> list[str]:
+    """The ``--explain`` table: the whole peak by kind, when it comes, and the layers that fill it."""
+    breakdown = plan.breakdown()
+    if breakdown is None:
+        return ["  note: what fills this peak is unknown (a drawn point; --compile --explain compiles it)"]
+    ex = plan.explained
+    when = {"backward": "in the backward pass of", "forward": "in the forward pass of",
+            "update": "in the optimizer's update"}.get(ex.moment_phase, "at XLA's own")
+    lines = [f"  what fills the peak ({plan.peak_bytes:,} bytes), {when} {ex.moment_layer} "
+             f"(instruction {ex.moment_instruction}):"]
+    lines += [f"    {KIND_LABELS[k]:34s} {v / GIB:10.3f} GiB  {v / plan.peak_bytes:6.1%}" for k, v in breakdown.items() if v]
+    lines.append("  layers live at the peak (temporaries), largest first:")
+    for name, per in ex.layers[:LAYERS_PRINTED]:
+        total = sum(v for _, v in per)
+        parts = ", ".join(f"{KIND_LABELS[k]} {v / 2**20:,.1f} MiB" for k, v in sorted(per, key=lambda kv: -kv[1]) if v)
+        lines.append(f"    {name:34s} {total / 2**20:10,.1f} MiB  ({parts})")
+    if len(ex.layers) > LAYERS_PRINTED:
+        rest = sum(v for _, per in ex.layers[LAYERS_PRINTED:] for _, v in per)
+        lines.append(f"    {'(' + str(len(ex.layers) - LAYERS_PRINTED) + ' more)':34s} {rest / 2**20:10,.1f} MiB")
+    return lines

@@ -107,6 +107,9 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
                    help="keras.RematScope mode the model is built under (with --step xla)")
     p.add_argument("--compile", action="store_true",
                    help="with --step xla: compile this batch's plan even where the curve of known plans draws it")
+    p.add_argument("--explain", action="store_true",
+                   help="with --step xla: print what fills the plan's peak, by kind and by layer (compiles the "
+                        "batch where the known plan does not say)")
 
 
 LOCAL_FILE_LIMIT = 8 * 2**30  # your own file on your machine: the dashboard's 200 MiB is for strangers

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shutil
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
@@ -92,6 +97,16 @@ class PlanModel:
         self._meshes: dict[str, Any] = {}
         self._shape_x, self._dtype_x, self._shape_y = x_shape[1:], x_dtype, y_shape[1:]
         self.group_bytes = tuple(_nbytes(g) for g in groups)
+        # What names the values of the compiled step (calc.xla.peak): each state variable's layer,
+        # the layers that hold no layers, and the optimizer's name scopes (a loss-scale wrapper's too).
+        labels = ("", "", "(optimizer state)", "(metrics)")
+        self.state_layers = {(g, i): (v.path.split("/")[0] if labels[g] == "" else labels[g])
+                             for g, group in enumerate(groups) for i, v in enumerate(group)}
+        self.leaf_layers = frozenset(layer.name for layer in model._flatten_layers(include_self=False, recursive=True)
+                                     if not list(layer._flatten_layers(include_self=False, recursive=False)))
+        optimizer = model.optimizer
+        self.optimizer_scopes = frozenset(filter(None, (optimizer.name, getattr(getattr(optimizer, "inner_optimizer",
+                                                                                        None), "name", None))))
         self.build_seconds = round(time.perf_counter() - started, 2)
 
     def _sharding(self, target_config: str) -> Any:
@@ -130,7 +145,9 @@ class PlanModel:
         memory = lowered.compile().memory_analysis()
         if memory is None:
             raise RuntimeError("XLA gave no memory analysis of the compiled step")
+        compiled = time.perf_counter()
         trainable, non_trainable, optimizer, metrics = self.group_bytes
+        explained = self._explained()
         return {
             "argument_bytes": int(memory.argument_size_in_bytes),
             "output_bytes": int(memory.output_size_in_bytes),
@@ -144,10 +161,38 @@ class PlanModel:
             "batch_bytes": _nbytes(data),
             # What a fresh process spends before XLA's compile: building the model and tracing the step.
             "build_seconds": round(self.build_seconds + traced - started, 2),
-            "compile_seconds": round(time.perf_counter() - traced, 2),
+            "compile_seconds": round(compiled - traced, 2),
             "jax": jax.__version__,
             "keras": keras.__version__,
+            **({"peak": explained} if explained is not None else {}),
         }
+
+    def _explained(self) -> dict[str, Any] | None:
+        """What fills the compiled step's temporaries at their peak (``calc.xla.peak``), from the module
+        XLA dumped (``calc.workers.plans.plan_env``); None when XLA dumps nowhere. The dump is deleted."""
+        from calc.xla.peak import explain
+
+        folder = _dump_folder()
+        if folder is None:
+            return None
+        try:
+            dumps = sorted(folder.glob("*jit_train_step*gpu_after_optimizations.hlo.pb"), key=lambda f: f.stat().st_mtime)
+            if not dumps:
+                return None
+            return explain(dumps[-1].read_bytes(), optimizer=self.optimizer_scopes, state_layers=self.state_layers,
+                           leaf_layers=self.leaf_layers)
+        except (OSError, ValueError) as exc:  # the plan stands without its explanation
+            print(f"the compiled step's peak could not be read: {exc}", file=sys.stderr)
+            return None
+        finally:
+            for entry in folder.iterdir():
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def _dump_folder() -> Path | None:
+    """Where XLA dumps compiled modules in this process (``--xla_dump_to`` in ``XLA_FLAGS``), or None."""
+    m = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    return Path(m.group(1)) if m else None
 
 
 def _nbytes(values: Any) -> int:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import threading
 import time
 from typing import Any
@@ -36,16 +38,19 @@ class PlanBusy(PlanError):
     """The compile found no room in the children's memory pool (``calc.workers.pool``) in time."""
 
 
-def plan_env() -> dict[str, str]:
+def plan_env(dump_dir: str | None = None) -> dict[str, str]:
     """The child's environment: Keras on JAX, JAX on the CPU, XLA compiling for CUDA.
 
     The autotuner would run candidate convolution algorithms on a device, so it is off:
     XLA then picks each convolution's algorithm without trying it, with no workspace.
+    With ``dump_dir``, XLA writes the compiled step with its buffer assignment there
+    (``calc.xla.peak`` reads what fills the peak from it; the child deletes it after).
     """
     env = child_env()
-    flags = env.get("XLA_FLAGS", "")
-    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(flags + " --xla_gpu_autotune_level=0").strip())
+    flags = env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0"
+    if dump_dir:
+        flags += f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_proto --xla_dump_hlo_module_re=jit_train_step"
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=flags.strip())
     return env
 
 
@@ -88,8 +93,9 @@ def compile_plan(request: dict[str, Any], *, timeout_s: float = TIMEOUT_S, max_r
     max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
     refuse_unbuildable(request, max_rss_bytes)
     try:
-        outcome = run_once("plan-xla", request, env=plan_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes,
-                           poll_s=poll_s, tail_lines=2)
+        with tempfile.TemporaryDirectory(prefix="calc-xla-dump-") as dump:
+            outcome = run_once("plan-xla", request, env=plan_env(dump), timeout_s=timeout_s,
+                               max_rss_bytes=max_rss_bytes, poll_s=poll_s, tail_lines=2)
     except MemoryBusy as exc:
         raise PlanBusy(str(exc)) from None
     _raise_for(outcome.reply, timeout_s, max_rss_bytes, f"{outcome.exit_reason}: {' | '.join(outcome.tail)}")
@@ -119,6 +125,7 @@ class PlanWorker:
         self.max_rss_bytes = budget_bytes("compile") if max_rss_bytes is None else max_rss_bytes
         self.nice = nice
         self._child: Child | None = None
+        self._dump = ""  # the folder the child's XLA dumps go to
         self._family: str | None = None  # the model the child holds
         self._lock = threading.Lock()  # one compile at a time
         self._state = threading.Lock()  # guards _child and _cancelled against cancel()
@@ -187,7 +194,8 @@ class PlanWorker:
             self._stop()  # ended, or too big to build another model in
             child = None
         if child is None:
-            child = self._child = Child(child_command("plan-xla"), background_env(plan_env(), self.nice))
+            self._dump = tempfile.mkdtemp(prefix="calc-xla-dump-")  # the child's XLA dumps, gone with it
+            child = self._child = Child(child_command("plan-xla"), background_env(plan_env(self._dump), self.nice))
             self._family = None
             self.started += 1
         return child
@@ -221,6 +229,9 @@ class PlanWorker:
         if child is not None:
             child.kill()
             child.close(wait_s=1)
+        if self._dump:
+            shutil.rmtree(self._dump, ignore_errors=True)
+            self._dump = ""
         self._reserved.release()
 
 

@@ -16,18 +16,22 @@ This package is the parent side, and imports neither JAX nor Keras:
   them where XLA would not rematerialise; the largest batch they tell, and the search's next step.
 - ``calc.xla.budget``: what a plan may take on a card, with the margin its measured record asks for.
 - ``calc.xla.search``: the largest batch whose plan fits a card, compiling what the curve lacks.
+- ``calc.xla.assignment``: XLA's buffer assignment and compiled module, read from the protocol buffer
+  XLA dumps (the compile child's ``--xla_dump_to``).
+- ``calc.xla.peak``: what fills the plan's temporaries at their peak, by kind and by Keras layer.
 """
 
 from calc.xla.budget import PlanBudget, plan_budget
 from calc.xla.cache import plan_versions, unavailable_reason
 from calc.xla.compute import KnownPlans, cached_plan, compute_plan, family_request, known_curve, known_plans
 from calc.xla.curve import CompiledPoint, CurvePoint, MaxBatch, PlanCurve, PointSource, settle_width
+from calc.xla.peak import PeakExplained
 from calc.xla.plan import REMAT_MODES, PlanError, XlaPlan, plan_from_analysis
 from calc.xla.search import XlaMaxBatch, max_batch_xla, plan_max_batch
 from calc.xla.targets import GpuTarget, gpu_targets, target_for
 
 __all__ = [
-    "REMAT_MODES", "KnownPlans", "known_plans", "CompiledPoint", "PlanBudget", "plan_budget", "CurvePoint", "GpuTarget", "MaxBatch", "PlanCurve", "PlanError", "PointSource",
+    "REMAT_MODES", "KnownPlans", "PeakExplained", "known_plans", "CompiledPoint", "PlanBudget", "plan_budget", "CurvePoint", "GpuTarget", "MaxBatch", "PlanCurve", "PlanError", "PointSource",
     "XlaMaxBatch", "XlaPlan", "cached_plan", "compute_plan", "family_request", "gpu_targets", "known_curve",
     "max_batch_xla", "plan_from_analysis", "plan_max_batch", "plan_versions", "settle_width", "target_for",
     "unavailable_reason",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from calc.xla.peak import PeakExplained
+
 # keras.RematScope modes the plan answers. "larger_than" is not one: Keras 3.15 measures a
 # layer's output with compute_output_spec inside the traced step, which fails under JAX
 # ("DynamicJaxprTracer has no attribute sparse"); "list_of_layers" needs layer names.
@@ -41,6 +43,9 @@ class XlaPlan:
     # Empty for a compiled plan; for one drawn on the line through two compiled plans
     # (``calc.xla.curve``), their batches.
     drawn_through: tuple[int, ...] = ()
+    # What fills the temporaries at their peak, by kind and layer (``calc.xla.peak``): a compiled
+    # plan's, where its compile kept it; None for a drawn plan.
+    explained: PeakExplained | None = None
 
     @property
     def compiled(self) -> bool:
@@ -59,6 +64,16 @@ class XlaPlan:
             "step_outputs": self.outputs_bytes,
             "outside_step": self.outside_step_bytes,
         }
+
+    def breakdown(self) -> dict[str, int] | None:
+        """The whole peak by kind: the state, the batch and the outputs as in ``components``, the
+        temporaries split as ``explained`` says (activations, gradients, ...). Sums to
+        ``peak_bytes``; None without an explanation."""
+        if self.explained is None:
+            return None
+        out = {k: v for k, v in self.components().items() if k != "xla_temporaries"}
+        return {**{k: out[k] for k in ("weights", "optimizer_state", "input_batch")}, **self.explained.kind_bytes(),
+                "step_outputs": out["step_outputs"], "outside_step": out["outside_step"]}
 
 
 def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> XlaPlan:
@@ -85,6 +100,7 @@ def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> Xla
         remat=remat,
         compile_seconds=float(raw.get("compile_seconds", 0.0)) + float(raw.get("build_seconds", 0.0)),
         versions=f"jax {raw.get('jax', '?')}, keras {raw.get('keras', '?')}",
+        explained=PeakExplained.of(raw.get("peak"), raw["temp_bytes"]),
     )
 
 
@@ -100,4 +116,4 @@ def drawn_plan(a: XlaPlan, batch_a: int, b: XlaPlan, batch_b: int, batch: int, p
     temporaries = peak_bytes - a.weights_bytes - a.optimizer_state_bytes - batch_bytes - a.outputs_bytes \
         - a.outside_step_bytes
     return replace(a, input_batch_bytes=batch_bytes, temporaries_bytes=temporaries, compile_seconds=0.0,
-                   drawn_through=(batch_a, batch_b))
+                   drawn_through=(batch_a, batch_b), explained=None)
