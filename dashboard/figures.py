@@ -18,6 +18,12 @@ COLORS = {
     "allocator": "#BAB0AC",
     "framework_overhead": "#9D755D",
     "xla_temporaries": "#72B7B2",
+    "xla_activations": "#72B7B2",
+    "xla_gradients": "#F58518",
+    "xla_workspace": "#FF9DA6",
+    "xla_layout_copies": "#9ECAE9",
+    "xla_other": "#D8B5A5",
+    "xla_packing": "#BAB0AC",
     "step_outputs": "#B279A2",
     "outside_step": "#BAB0AC",
 }
@@ -32,6 +38,12 @@ LABELS = {
     "allocator": mark("Allocator chunks beyond tensor sizes (simulated)"),
     "framework_overhead": mark("Framework overhead (CUDA context, libraries)"),
     "xla_temporaries": mark("XLA temporaries (activations, gradients, scratch)"),
+    "xla_activations": mark("Activations (live at XLA's peak)"),
+    "xla_gradients": mark("Gradients (live at XLA's peak)"),
+    "xla_workspace": mark("cuDNN and cuBLAS workspace"),
+    "xla_layout_copies": mark("Weights and batch copied into another layout"),
+    "xla_other": mark("Other XLA values"),
+    "xla_packing": mark("XLA heap packing"),
     "step_outputs": mark("Step outputs"),
     "outside_step": mark("Outside the step"),
 }
@@ -45,11 +57,11 @@ BAR_WIDTH = 0.5  # of the breakdown's one category: the bar spans x = -0.25..0.2
 def bar_parts(components: dict[str, int], overhead: int) -> list[tuple[str, int]]:
     """The breakdown's parts as the bar chart stacks them, bottom up: (``LABELS`` key, bytes).
 
-    The Estimator's table lists the same parts under the same names.
+    The Estimator's table lists the same parts under the same names; parts of 0 bytes are left out
+    (SGD without momentum has no optimizer state, a plan may hold no gradient at its peak).
     """
     parts = [*components.items(), ("framework_overhead", overhead)]
-    # The allocator part is shown only where the simulated allocator says more than the walk.
-    return [(key, value) for key, value in parts if key != "allocator" or value]
+    return [(key, value) for key, value in parts if value]  # a part of 0 bytes is no part
 
 
 def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]], label_x: float | None = None) -> None:

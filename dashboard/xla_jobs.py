@@ -98,6 +98,7 @@ class Kind(IntEnum):
     ANCHOR = 1  # a second plan, for the curve's line
     SEARCH = 2  # the search for the largest batch
     REFINE = 3  # the page's batch, drawn on the line: its own plan replaces the drawn point
+    EXPLAIN = 4  # the page's batch, planned without what fills its peak (a shipped plan): compiled again to say it
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,11 @@ class Want:
     budget_bytes: int = 0  # SEARCH: what the plan may take
     start: int = 1  # SEARCH: the first batch tried when the curve knows nothing
 
-    def next_batch(self, curve: PlanCurve) -> int | None:
+    def next_batch(self, known: xla.KnownPlans) -> int | None:
+        curve = known.curve
+        if self.kind is Kind.EXPLAIN:
+            plan = known.plans.get(self.batch)
+            return self.batch if plan is not None and plan.explained is None else None
         if self.kind in (Kind.PLAN, Kind.REFINE):
             return None if curve.compiled(self.batch) is not None else self.batch
         if self.kind is Kind.ANCHOR:
@@ -186,7 +191,7 @@ class Scheduler:
         self._served: dict[str, float] = {}  # client -> when a compile it wanted last started
         self._yielded: dict[tuple[Setup, int], int] = {}  # compiles that gave way -> how often; they go last
         self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
-        self._curves: dict[Setup, tuple[int, float, PlanCurve]] = {}  # setup -> (version, read at, curve)
+        self._curves: dict[Setup, tuple[int, float, xla.KnownPlans]] = {}  # setup -> (version, read at, plans)
         self._times: dict[bool, list[float]] = {True: [], False: []}  # seconds of compiles: kept model, new model
         self._count = workers or compile_workers()
         self._idle = [worker() for _ in range(self._count)]
@@ -266,13 +271,13 @@ class Scheduler:
             del self._sessions[session]
         return list(self._sessions.items())
 
-    def _curve(self, setup: Setup) -> PlanCurve:
+    def _known(self, setup: Setup) -> xla.KnownPlans:
         """The setup's known plans, read again once one of its compiles has ended here or after
         ``CURVE_KEPT_S`` (another process may have compiled one): every visitor asks each second."""
         version, now = self._versions.get(setup, 0), time.monotonic()
         kept = self._curves.get(setup)
         if kept is None or kept[0] != version or now - kept[1] > CURVE_KEPT_S:
-            kept = self._curves[setup] = (version, now, setup.curve())
+            kept = self._curves[setup] = (version, now, setup.known())
             if len(self._curves) > 4 * self.max_configs:
                 self._curves.pop(next(iter(self._curves)))
         return kept[2]
@@ -288,7 +293,7 @@ class Scheduler:
         for _, held in self._live(now):
             per_client.setdefault(held.client, set()).update(w.setup for w in held.wants if w.setup in running)
             for want in held.wants:
-                batch = want.next_batch(self._curve(want.setup))
+                batch = want.next_batch(self._known(want.setup))
                 task = (want.setup, batch)
                 if batch is None or task in self._running or self._failure(task) is not None:
                     continue
@@ -365,7 +370,7 @@ class Scheduler:
         wanted: set[tuple[Setup, int]] = set()
         for _, held in self._live(now):
             for want in held.wants:
-                if (batch := want.next_batch(self._curve(want.setup))) is not None:
+                if (batch := want.next_batch(self._known(want.setup))) is not None:
                     wanted.add((want.setup, batch))
         for task, run in self._running.items():
             if task not in wanted:
@@ -394,8 +399,11 @@ class Scheduler:
         try:
             request, key = xla.family_request(setup.spec, replace(setup.config, batch_size=batch), setup.gpu_key,
                                               setup.remat)
-            compile_request(request, key, runner=worker.compile, exclusive=False)
+            raw = compile_request(request, key, runner=worker.compile, exclusive=False,
+                                  explained=want.kind is Kind.EXPLAIN)
             finished = True
+            if want.kind is Kind.EXPLAIN and "peak" not in raw:  # not asked again for every page
+                error = "this compile did not say what fills the peak"
         except PlanCancelled:
             pass
         except PlanBusy as exc:  # the children's memory was taken: tried again soon, not in 30 minutes
@@ -437,8 +445,8 @@ class Scheduler:
         running_left = [max(0.0, self.estimate_s(False) - (time.time() - r.started_s)) for r in self._running.values()]
         progress: dict[Want, Progress] = {}
         for want in held.wants:
-            curve = self._curve(want.setup)
-            batch = want.next_batch(curve)
+            known = self._known(want.setup)
+            curve, batch = known.curve, want.next_batch(known)
             steps = {}
             if want.kind is Kind.SEARCH:
                 done = self._searched.get((want.setup, want.budget_bytes), 0)

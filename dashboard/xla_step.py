@@ -111,6 +111,8 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         wants.append(Want(setup, Kind.PLAN, batch=per_device))
     elif not answer.plan.compiled:
         wants.append(Want(setup, Kind.REFINE, batch=per_device))
+    elif answer.plan.explained is None:
+        wants.append(Want(setup, Kind.EXPLAIN, batch=per_device))
     if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
         wants.append(Want(setup, Kind.ANCHOR))
     if answer.max_batch is None or not answer.max_batch.settled:
@@ -121,11 +123,11 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         state.base_plan = base.known().plans.get(per_device)
         if state.base_plan is None:
             wants.append(Want(base, Kind.REFINE, batch=per_device))
-    curves = {setup: answer.known.curve}
+    known = {setup: answer.known}
     for want in wants:
-        if want.setup not in curves:
-            curves[want.setup] = want.setup.curve()
-    wants = [w for w in wants if w.next_batch(curves[w.setup]) is not None]
+        if want.setup not in known:
+            known[want.setup] = want.setup.known()
+    wants = [w for w in wants if w.next_batch(known[w.setup]) is not None]
     state.wants = tuple(wants)
     if not wants:
         xla_jobs.scheduler().ask(session_id(), [])
@@ -149,6 +151,9 @@ def _failure_note(want: Want, error: str, base: bool) -> tuple[str, str]:
         return "info", tr("No XLA plan without remat ({error}), so remat's saving is not shown.", error=error)
     if want.kind is Kind.SEARCH:
         return "warning", tr("The search for the largest batch over XLA plans stopped: {error}.", error=error)
+    if want.kind is Kind.EXPLAIN:
+        return "info", tr("What fills this plan's peak is not known ({error}); the bar shows XLA's temporaries as "
+                          "one block.", error=error)
     if want.kind is Kind.REFINE:
         return "info", tr("No XLA plan of this very batch ({error}); the point drawn between compiled plans stands.",
                           error=error)
@@ -180,6 +185,7 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
         Kind.SEARCH: tr("the largest batch: compile {step} of about {steps} (batch {batch})", step=progress.step,
                         steps=progress.steps, batch=progress.batch),
         Kind.REFINE: tr("the plan at batch {batch} itself, to replace the drawn point", batch=progress.batch),
+        Kind.EXPLAIN: tr("what fills the plan's peak at batch {batch}, by kind and layer", batch=progress.batch),
     }[want.kind]
     if progress.state == "running" and progress.held_by == "memory":
         return tr("Waiting for memory: {what}; the server's memory for background work is in use by other "

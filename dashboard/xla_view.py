@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 from calc.gpus import GpuPreset
 from calc.xla import KnownPlans, MaxBatch, PlanBudget, XlaPlan
-from dashboard.i18n import tr
+from dashboard.i18n import mark, tr
 from dashboard.state import Inputs
-from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, remat_mode, shown_walk, walk_curve,
+from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, remat_mode, shown_walk, unit_divisor, walk_curve,
                              x_axis_end)
 
 
@@ -42,6 +42,22 @@ def largest_batch_label(answer: MaxBatch | None) -> str:
     return tr("Largest batch that fits (XLA, searching)")
 
 
+# XLA's kinds (calc.xla.peak.KINDS) as the bar's parts (dashboard.figures.LABELS): the optimizer's
+# temporaries are the walk's "other" part, the rest XLA's own.
+XLA_PARTS = {"activations": "xla_activations", "gradients": "xla_gradients", "optimizer": "other",
+             "workspace": "xla_workspace", "layout_copies": "xla_layout_copies", "other": "xla_other",
+             "packing": "xla_packing"}
+
+
+def plan_parts(plan: XlaPlan) -> dict[str, int]:
+    """The plan's peak as the bar stacks it: by kind where the plan says what fills its temporaries
+    (``XlaPlan.breakdown``), else with the temporaries as one block; sums to ``plan.peak_bytes``."""
+    breakdown = plan.breakdown()
+    if breakdown is None:
+        return plan.components()
+    return {XLA_PARTS.get(kind, kind): nbytes for kind, nbytes in breakdown.items()}
+
+
 def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_bytes: int | None) -> ShownStep:
     """XLA's plan in place of the walk: needed = plan peak + overhead, against the card less the margin
     (the user's, or the plan's measured one where larger). ``answer.plan`` must be known."""
@@ -59,7 +75,7 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
     best = answer.max_batch
     max_batch = best.batch * gpus if best is not None else view.max_batch
     return ShownStep(
-        step="xla", peak_label=label, components=plan.components(), peak_bytes=plan.peak_bytes,
+        step="xla", peak_label=label, components=plan_parts(plan), peak_bytes=plan.peak_bytes,
         overhead_bytes=overhead, capacity_bytes=view.capacity_bytes, usable_bytes=answer.budget.usable_bytes,
         max_batch=max_batch, max_batch_label=largest_batch_label(best), margin_fraction=answer.budget.margin,
         searching=best is not None and not best.settled,
@@ -170,8 +186,56 @@ def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str:
               how=tr("compiled") if answer.plan.compiled else tr("drawn between compiled plans"))
 
 
+# The Layers page's columns of XLA's kinds (calc.xla.peak.KINDS): the optimizer's temporaries go with XLA's other values.
+LAYER_COLUMNS = ((mark("activations"), ("activations",)), (mark("gradients"), ("gradients",)),
+                 (mark("workspace"), ("workspace",)), (mark("layout copies"), ("layout_copies",)),
+                 (mark("other"), ("optimizer", "other")))
+
+
+def xla_layer_rows(plan: XlaPlan, inputs: Inputs) -> list[dict[str, object]]:
+    """XLA's plan at its peak by layer: each layer's temporaries live then, by kind, then the rest of
+    the peak (the state, the batch, the step's outputs, the heap's packing), each its own row; the
+    totals sum to ``plan.peak_bytes``. [] without an explanation (``XlaPlan.explained``)."""
+    if plan.explained is None:
+        return []
+    divisor, unit = unit_divisor(inputs), inputs.unit
+    total = tr("total ({unit})", unit=unit)
+    columns = [(tr(label) + f" ({unit})", kinds) for label, kinds in LAYER_COLUMNS]
+
+    def row(name: str, per: dict[str, int]) -> dict[str, object]:
+        out: dict[str, object] = {tr("layer"): name}
+        out.update({title: round(sum(per.get(k, 0) for k in kinds) / divisor, 4) for title, kinds in columns})
+        out[total] = round(sum(per.values()) / divisor, 4)
+        return out
+
+    rows = [row(name, dict(per)) for name, per in plan.explained.layers]
+    rest = {k: v for k, v in (plan.breakdown() or {}).items() if k not in plan.explained.kind_bytes() or k == "packing"}
+    names = {"weights": tr("(weights)"), "optimizer_state": tr("(optimizer state)"), "input_batch": tr("(input batch)"),
+             "packing": tr("(heap packing)"), "step_outputs": tr("(step outputs)"), "outside_step": tr("(outside the step)")}
+    rows += [{tr("layer"): names[k], **{title: 0.0 for title, _ in columns}, total: round(v / divisor, 4)}
+             for k, v in rest.items() if v]
+    return rows
+
+
+def xla_layers_caption(plan: XlaPlan, inputs: Inputs) -> str:
+    """What the XLA table on the Layers page is, with the moment of the peak."""
+    ex = plan.explained
+    assert ex is not None
+    when = {"backward": tr("in the backward pass of {layer}", layer=ex.moment_layer),
+            "forward": tr("in the forward pass of {layer}", layer=ex.moment_layer),
+            "update": tr("in the optimizer's update")}.get(ex.moment_phase, tr("while XLA copies values"))
+    return tr("XLA's plan peaks {when}. Each layer's row is what its values hold in XLA's temporaries then "
+              "(activations, gradients, the cuDNN and cuBLAS workspace, copies in another layout); the rows in "
+              "parentheses are the rest of the plan's peak. The totals sum to the plan's peak, {peak}.",
+              when=when, peak=fmt(plan.peak_bytes, inputs))
+
+
 def layers_line(answer: XlaAnswer, walk_peak_bytes: int, inputs: Inputs) -> str:
     """The Layers page's line on the step it shows, when the sidebar's step is XLA's."""
+    if answer.plan is not None and answer.plan.explained is not None:
+        return tr("The sidebar's step is XLA's: its plan for this batch is {plan}, the walk's peak {walk}. The first "
+                  "table is XLA's plan by layer; the ledger and timeline below are the graph-executor walk's "
+                  "(jit_compile=False).", plan=fmt(answer.plan.peak_bytes, inputs), walk=fmt(walk_peak_bytes, inputs))
     if answer.plan is None:
         return tr("The sidebar's step is XLA's, whose plan for this batch is not known on this server yet. This page "
                   "shows the graph-executor walk's ledger (jit_compile=False): XLA's plan is not broken down by "

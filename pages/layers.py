@@ -9,7 +9,7 @@ from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 from dashboard.xla_step import xla_answer_for
-from dashboard.xla_view import layers_line
+from dashboard.xla_view import layers_line, xla_layer_rows, xla_layers_caption
 
 ensure_routed()
 charts.preload()
@@ -17,6 +17,11 @@ st.title(tr("Where the memory goes, layer by layer"))
 inputs, profile = inputs_and_profile()
 if (answer := xla_answer_for(inputs, gpu_of(inputs))) is not None:
     st.info(layers_line(answer, views.walk_peak_bytes(profile, inputs), inputs))
+    if answer.plan is not None and (xla_rows := xla_layer_rows(answer.plan, inputs)):
+        st.subheader(tr("XLA's plan at its peak, by layer"))
+        st.caption(xla_layers_caption(answer.plan, inputs))
+        st.dataframe(pd.DataFrame(xla_rows), hide_index=True)
+        st.subheader(tr("The graph-executor walk, layer by layer"))
 rows = views.layer_rows(profile, inputs)
 share = tr("share of kept")
 table = pd.DataFrame([r.__dict__ for r in rows]).rename(columns={

@@ -688,6 +688,54 @@ def curve_chart(at):
     return charts(at)["curve_chart"]
 
 
+def explained(raw, **kinds):
+    """``raw`` with what fills its peak (calc.xla.peak's answer): ``kinds`` and the rest as packing."""
+    kinds = {"activations": 0, "gradients": 0, "optimizer": 0, "workspace": 0, "layout_copies": 0, "other": 0,
+             **kinds}
+    kinds["packing"] = raw["temp_bytes"] - sum(kinds.values())
+    return {**raw, "peak": {"format": 1, "temporaries_bytes": raw["temp_bytes"], "live_bytes": 0, "kinds": kinds,
+                            "moment": {"instruction": "fusion.7", "layer": "conv1", "phase": "backward"},
+                            "layers": [["conv1", {k: v for k, v in kinds.items() if v and k != "packing"}]]}}
+
+
+def test_a_plan_that_says_what_fills_its_peak_stacks_its_kinds_in_the_bar():
+    from dashboard.figures import LABELS
+    from dashboard.views import fmt
+
+    gpu = GPU_PRESETS["t4"]
+    raw = plan_analysis(16)
+    plan = put_plan(explained(raw, activations=raw["temp_bytes"] // 2, gradients=raw["temp_bytes"] // 8,
+                              workspace=4 * 2**20))
+    assert plan.explained is not None
+    at = app()
+    assert metric(at, "Planned peak (XLA)") == fmt(plan.peak_bytes, Inputs())
+    names = [t["name"] for t in bar_chart(at)["data"]]
+    assert LABELS["xla_temporaries"] not in names  # the block is split
+    assert [LABELS[k] for k in ("xla_activations", "xla_gradients", "xla_workspace", "xla_packing")] == \
+        [n for n in names if n in {LABELS["xla_activations"], LABELS["xla_gradients"], LABELS["xla_workspace"],
+                                   LABELS["xla_packing"]}]
+    assert LABELS["xla_layout_copies"] not in names  # 0 bytes: no legend entry
+    needed = plan.peak_bytes + gpu.overhead_bytes
+    assert abs(sum(t["y"][0] for t in bar_chart(at)["data"]) - needed / GIB) < 1e-9
+
+
+def test_the_layers_page_shows_xla_s_plan_by_layer_and_its_totals_are_the_plans_peak():
+    from dashboard.views import fmt
+
+    raw = plan_analysis(16)
+    plan = put_plan(explained(raw, activations=raw["temp_bytes"] // 2, gradients=raw["temp_bytes"] // 8))
+    at = app(page="pages/layers.py")
+    assert any("The first table is XLA's plan by layer" in i.value for i in at.info)
+    assert any(c.value.startswith("XLA's plan peaks in the backward pass of conv1.") and
+               fmt(plan.peak_bytes, Inputs()) in c.value for c in at.caption)
+    table = at.dataframe[0].value
+    rows = dict(zip(table["layer"], table["total (GiB)"]))
+    assert rows["conv1"] == pytest.approx((raw["temp_bytes"] // 2 + raw["temp_bytes"] // 8) / GIB, abs=1e-4)
+    assert set(rows) == {"conv1", "(weights)", "(optimizer state)", "(input batch)", "(heap packing)",
+                         "(step outputs)"}
+    assert sum(rows.values()) == pytest.approx(plan.peak_bytes / GIB, abs=1e-3)
+
+
 def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
     from dashboard.figures import LABELS
     from dashboard.views import fmt
@@ -705,7 +753,8 @@ def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
     # Neither known plan fits: the largest batch is a search's, under way, and says so.
     assert metric(at, "Largest batch that fits (XLA, searching)") == "< 8"  # the smallest compiled does not fit
     bars = bar_chart(at)
-    assert {t["name"] for t in bars["data"]} >= {LABELS[k] for k in plan.components()}
+    assert {t["name"] for t in bars["data"]} == {LABELS[k] for k, v in plan.components().items() if v} | {
+        LABELS["framework_overhead"]}  # no part of 0 bytes (nothing outside the step here)
     assert LABELS["xla_temporaries"] == "XLA temporaries (activations, gradients, scratch)"
     assert abs(sum(t["y"][0] for t in bars["data"]) - needed / GIB) < 1e-9
     curve = curve_chart(at)

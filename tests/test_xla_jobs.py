@@ -246,6 +246,23 @@ def test_a_long_compile_gives_way_to_another_visitors_and_runs_again_when_none_w
         made.shutdown()
 
 
+def test_a_plan_known_without_what_fills_its_peak_is_compiled_once_more_to_say_it(scheduler):
+    """Shipped plans leave the explanation out: the page's batch is compiled again, once; a compile
+    that still does not say is a failure kept, not a compile for every page."""
+    want = Want(setup(), Kind.PLAN, batch=12)
+    scheduler.ask("s1", [want])
+    wait_for(lambda: scheduler.ask("s1", [want])[want].state == "done")
+    explain = Want(setup(), Kind.EXPLAIN, batch=12)
+    assert explain.next_batch(explain.setup.known()) == 12  # the fake compile says nothing of the peak
+    progress = scheduler.ask("s1", [explain])
+    assert progress[explain].state in ("queued", "running")
+    wait_for(lambda: scheduler.ask("s1", [explain])[explain].state == "failed")
+    assert "did not say what fills the peak" in scheduler.ask("s1", [explain])[explain].message
+    time.sleep(0.3)
+    assert FakeWorker.calls == [12, 12]
+    assert Want(setup(), Kind.EXPLAIN, batch=13).next_batch(setup().known()) is None  # no plan yet: PLAN's turn
+
+
 def test_with_compiles_off_nothing_runs(scheduler, monkeypatch):
     monkeypatch.setenv(xla_jobs.COMPILES_ENV, "off")
     want = Want(setup(), Kind.PLAN, batch=8)
