@@ -127,7 +127,8 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
     for want in wants:
         if want.setup not in known:
             known[want.setup] = want.setup.known()
-    wants = [w for w in wants if w.next_batch(known[w.setup]) is not None]
+    wants = [w for w in wants if w.next_batch(known[w.setup]) is not None
+             and (w.kind is not Kind.EXPLAIN or xla_jobs.compiles_enabled())]  # nothing to say of a missing extra
     state.wants = tuple(wants)
     if not wants:
         xla_jobs.scheduler().ask(session_id(), [])
