@@ -13,7 +13,7 @@ wants lapse after ``LEASE_S``, and a compile nobody wants any more is dropped, o
 it runs. Compiles run in ``compile_workers()`` worker processes that keep the model built
 (``calc.workers.plans.PlanWorker``) at a lower CPU priority than the pages, the most urgent
 first: a batch with no XLA number at all, then a curve's second plan, then searches, then
-plans that refine a drawn point. A compile that has run ``YIELD_S`` while another visitor's
+plans that refine a drawn point, last a plan compiled again to say what fills its peak. A compile that has run ``YIELD_S`` while another visitor's
 compile waits for a worker gives way: it is stopped and runs again when no other waits, so
 that one link (a huge image, full remat) cannot hold the queue for its whole time limit.
 
