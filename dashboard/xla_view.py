@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from calc.gpus import GpuPreset
 from calc.xla import KnownPlans, MaxBatch, PlanBudget, XlaPlan
 from dashboard.i18n import mark, tr
+from dashboard.lesson import Term
 from dashboard.state import Inputs
 from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, remat_mode, shown_walk, unit_divisor, walk_curve,
                              x_axis_end)
@@ -167,6 +168,39 @@ def largest_batch_cell(answer: XlaAnswer | None, walk_batch: int, gpus: int) -> 
     if best.settled:
         return f"{best.batch * gpus:,}"
     return tr("≥ {batch:,}", batch=best.batch * gpus)
+
+
+def xla_terms(plan: XlaPlan, walk_activations_bytes: int, inputs: Inputs) -> list[Term]:
+    """XLA's plan as the Formula page teaches it: each kind a term, with what it holds; they add up
+    to the plan's peak to the byte. [] without an explanation (``XlaPlan.explained``)."""
+    breakdown, ex = plan.breakdown(), plan.explained
+    if breakdown is None or ex is None:
+        return []
+    when = {"backward": tr("in the backward pass of {layer}", layer=ex.moment_layer),
+            "forward": tr("in the forward pass of {layer}", layer=ex.moment_layer),
+            "update": tr("in the optimizer's update")}.get(ex.moment_phase, tr("while XLA copies values"))
+    how = {
+        "weights": (r"W", tr("weights"), tr("the model's variables, an argument of the compiled step")),
+        "optimizer_state": (r"O", tr("optimizer state"), tr("the optimizer's variables, an argument too")),
+        "input_batch": (r"X", tr("input batch"), tr("the images and labels of one step")),
+        "activations": (r"A_{XLA}", tr("activations"), tr(
+            "the forward values live when XLA's temporaries peak ({when}); the walk keeps {walk} of activations at "
+            "its own peak: XLA fuses operations, so some layers' outputs are never stored, and frees each value as "
+            "soon as nothing needs it", when=when, walk=fmt(walk_activations_bytes, inputs, 3))),
+        "gradients": (r"G_{XLA}", tr("gradients"), tr(
+            "of the weights and of the activations, made by the backward pass and live then")),
+        "optimizer": (r"U", tr("optimizer temporaries"), tr("values of the update live then")),
+        "workspace": (r"K", tr("cuDNN and cuBLAS workspace"), tr(
+            "scratch the convolution and matrix kernels ask for")),
+        "layout_copies": (r"L", tr("layout copies"), tr(
+            "weights and the batch copied into the layout a kernel wants, kept while they are needed")),
+        "other": (r"R", tr("other XLA values"), tr("XLA's own copies and bookkeeping")),
+        "packing": (r"H", tr("heap packing"), tr(
+            "what the heap's layout could not pack: XLA's block of temporaries less the values live at its peak")),
+        "step_outputs": (r"Y", tr("step outputs"), tr("the loss and the metrics the step returns")),
+        "outside_step": (r"Z", tr("outside the step"), tr("what the runtime holds beside the step")),
+    }
+    return [Term(how[k][0], how[k][1], how[k][2], v) for k, v in breakdown.items() if v]
 
 
 def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str:

@@ -10,7 +10,7 @@ from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 from dashboard.xla_step import xla_answer_for
-from dashboard.xla_view import lesson_line
+from dashboard.xla_view import lesson_line, xla_terms
 
 ensure_routed()
 inputs, profile = inputs_and_profile()
@@ -30,8 +30,19 @@ st.caption(tr("Every number on this page comes from replaying one training step 
               "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the moment "
               "when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is "
               "planned by XLA itself; the Estimator shows that plan."))
+xla_lesson = []
 if (answer := xla_answer_for(inputs, gpu)) is not None:
     st.info(lesson_line(answer, inputs, gpu))
+    if answer.plan is not None and not presenting:
+        xla_lesson = xla_terms(answer.plan, n.breakdown.activations_bytes, inputs)
+if xla_lesson and answer is not None and answer.plan is not None:
+    st.header(tr("XLA's plan, with your numbers"))
+    st.caption(tr("The step Keras runs on a GPU (jit_compile=True): XLA's own plan, split by what fills it at its "
+                  "peak (the values XLA's buffer assignment holds then)."))
+    st.latex(lesson.symbols_latex(xla_lesson))
+    for term in xla_lesson:
+        st.markdown(lesson.term_markdown(term, inputs))
+    st.latex(lesson.sum_latex(xla_lesson, answer.plan.peak_bytes, inputs))
 if inputs.num_gpus > 1:
     st.info(lesson.per_gpu_note(n, inputs))
 

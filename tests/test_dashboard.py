@@ -736,6 +736,23 @@ def test_the_layers_page_shows_xla_s_plan_by_layer_and_its_totals_are_the_plans_
     assert sum(rows.values()) == pytest.approx(plan.peak_bytes / GIB, abs=1e-3)
 
 
+def test_the_formula_page_teaches_xla_s_plan_term_by_term_adding_up_to_its_peak():
+    from dashboard.views import fmt
+
+    raw = plan_analysis(16)
+    plan = put_plan(explained(raw, activations=raw["temp_bytes"] // 2, gradients=raw["temp_bytes"] // 8))
+    at = app(page="pages/formula.py")
+    assert any(h.value == "XLA's plan, with your numbers" for h in at.header)
+    assert any(m.value.startswith("- **A_{XLA}, activations**: the forward values live when XLA's temporaries peak "
+                                  "(in the backward pass of conv1)") for m in at.markdown)
+    total = fmt(plan.peak_bytes, Inputs(), 3).replace(",", "{,}").replace(" GiB", r"\,\mathrm{GiB}")
+    assert any(r"M_{peak} = W + O + X + A_{XLA} + G_{XLA} + H + Y" in x.value for x in at.latex)
+    assert any(r"\begin{aligned} M_{peak} &= " in x.value and ("&= " + total + r"\end{aligned}") in x.value
+               for x in at.latex)
+    graph = app({**SMALL, "step": "graph"}, page="pages/formula.py")
+    assert not any(h.value == "XLA's plan, with your numbers" for h in graph.header)
+
+
 def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
     from dashboard.figures import LABELS
     from dashboard.views import fmt
