@@ -335,8 +335,10 @@ def why_rules_are_off() -> str:
         "- **A frozen backbone** keeps almost nothing for the backward pass; the rules still count every activation.")
 
 
-def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name: str) -> str:
-    """A printable page of the same lesson: the setup, every term with its arithmetic, the sum, the rules."""
+def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name: str, *, link: str = "",
+                 made: str = "", version: str = "") -> str:
+    """A printable page of the same lesson: which step it teaches, the setup, every term with its
+    arithmetic, the sum, the rules; ``link`` reproduces it, ``made`` is the date, ``version`` the tool's."""
     from html import escape
 
     def text(markdown: str) -> str:
@@ -350,15 +352,26 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
                precision=inputs.precision, gpu=gpu_name)
     rows = "".join(f"<tr><td><b>{escape(_plain_symbol(t.symbol))}</b></td><td>{escape(t.name)}</td>"
                    f"<td>{text(t.how)}</td><td class=n>{escape(fmt(t.nbytes, inputs, 3))}</td></tr>" for t in terms)
-    rules = "".join("<tr>" + "".join(f"<td>{escape(_cell(v, inputs))}</td>" for v in row.values()) + "</tr>"
-                    for row in rule_comparison(n))
+    comparison = rule_comparison(n)
+    head = "<tr>" + "".join(f"<th>{escape(str(k))}</th>" for k in (comparison[0] if comparison else {})) + "</tr>"
+    rules = head + "".join("<tr>" + "".join(f"<td>{escape(_cell(v, inputs))}</td>" for v in row.values()) + "</tr>"
+                           for row in comparison)
     symbols = " + ".join(_plain_symbol(t.symbol) for t in terms)
+    step = tr("This handout teaches the step TensorFlow's graph executor runs (`jit_compile=False`). Keras compiles "
+              "the step with XLA on a GPU by default; the dashboard's Estimator and Formula pages show XLA's own plan.")
+    source = " · ".join(escape(x) for x in (made, f"keras-memory-calc {version}" if version
+                                             else "") if x)
+    if link:
+        source += (" · " if source else "") + f'<a href="{escape(link, quote=True)}">{escape(link)}</a>'
     return (
         f"<!doctype html><html lang={escape(inputs.lang)}><meta charset=utf-8>"
         f"<title>{escape(tr('The formula, with your numbers'))}</title>"
-        "<style>body{font:14px/1.5 sans-serif;max-width:60em;margin:2em auto}td{border-top:1px solid #ccc;"
-        "padding:.3em .6em;vertical-align:top}.n{text-align:right;white-space:nowrap}code{font-size:90%}</style>"
-        f"<h1>{escape(tr('The formula, with your numbers'))}</h1><p>{escape(setup)}</p>"
+        "<style>body{font:14px/1.5 sans-serif;max-width:60em;margin:2em auto}td,th{border-top:1px solid #ccc;"
+        "padding:.3em .6em;vertical-align:top;text-align:left}.n{text-align:right;white-space:nowrap}"
+        "code{font-size:90%}.src{color:#555;font-size:90%;word-break:break-all}</style>"
+        f"<h1>{escape(tr('The formula, with your numbers'))}</h1><p>{escape(setup)}</p><p>{text(step)}</p>"
+        + (f"<p class=src>{source}</p>" if source else "")
+        + f"<h2>{escape(tr('1. What this tool computes'))}</h2>"
         f"<p><b>M<sub>peak</sub> = {escape(symbols)}</b></p><table>{rows}"
         f"<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
         f"<td class=n><b>{escape(fmt(n.breakdown.peak_bytes, inputs, 3))}</b></td></tr></table>"
@@ -366,6 +379,32 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
         f"<p>{text(largest_markdown(n, inputs, gpu_name))}</p>"
         "</html>"
     )
+
+
+def handout_source(inputs: Inputs) -> dict[str, str]:
+    """Where a handout comes from: the link that reproduces it (this page's address with the inputs),
+    today's date and the tool's version."""
+    import datetime
+    from importlib import metadata
+    from urllib.parse import urlencode, urlsplit
+
+    import streamlit as st
+
+    try:
+        page = urlsplit(st.context.url or "")
+        base = f"{page.scheme}://{page.netloc}{page.path}" if page.netloc else ""
+    except Exception:  # noqa: BLE001 - no request (AppTest, a script): the link is relative
+        base = ""
+    try:
+        version = metadata.version("keras-memory-calc")
+    except metadata.PackageNotFoundError:  # run from a checkout without installing it
+        import tomllib
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        version = tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.is_file() else ""
+    return {"link": f"{base}?{urlencode(inputs.to_query())}", "made": datetime.date.today().isoformat(),
+            "version": version}
 
 
 def _cell(value: object, inputs: Inputs) -> str:

@@ -24,7 +24,8 @@ if presenting:
 st.title(tr("The formula, with your numbers"))
 top = st.columns([1, 1, 2])
 top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
-top[1].download_button(tr("Handout (HTML, printable)"), lesson.handout_html(n, inputs, terms, gpu.name),
+top[1].download_button(tr("Handout (HTML, printable)"),
+                       lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs)),
                        "memory-formula.html", "text/html", key="dl_handout")
 st.caption(tr("Every number on this page comes from replaying one training step in the order TensorFlow's graph "
               "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the moment "

@@ -487,8 +487,13 @@ def test_the_handout_holds_every_term_with_its_value_and_shows_text_as_text():
     fit = views.fit_of(profile, inputs, GPU_PRESETS["t4"])
     n = lesson.formula_numbers(profile, inputs, GPU_PRESETS["t4"], None, fit, fit.max_batch)
     terms = lesson.terms(n, inputs)
-    html = lesson.handout_html(n, inputs, terms, "<img src=x onerror=alert(1)>")
-    assert "<img" not in html and "&lt;img src=x" in html
+    html = lesson.handout_html(n, inputs, terms, "<img src=x onerror=alert(1)>",
+                               link='?model=MobileNetV2&x="><script>', made="2026-11-28", version="1.0.0")
+    assert "<img" not in html and "&lt;img src=x" in html and "<script>" not in html
+    assert "2026-11-28 · keras-memory-calc 1.0.0" in html and "step TensorFlow&#x27;s graph executor runs" in html
+    sections = re.findall(r"<h2>(\d+)\. ", html)
+    assert sections == [str(i + 1) for i in range(len(sections))] and sections[0] == "1"  # numbered from 1
+    assert "<th>rule</th><th>bytes</th>" in html  # the rules table has its header row
     for term in terms:
         assert f"<td class=n>{lesson.fmt(term.nbytes, inputs, 3)}</td>" in html
     assert sum(t.nbytes for t in terms) == n.breakdown.peak_bytes
