@@ -4,11 +4,13 @@ import streamlit as st
 from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, load_plan_report, load_validation,
-                               noise_line, slice_line)
+                               noise_line, slice_line, xla_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
+from dashboard.widgets import gpu_of
+from dashboard.xla_step import xla_answer_for
 
 
 def case_table(cases: list[dict], columns: list[str] | None = None) -> pd.DataFrame:
@@ -24,6 +26,11 @@ ensure_routed()
 charts.preload()
 st.title(tr("How accurate is it? Predicted versus measured"))
 inputs, profile = inputs_and_profile()
+# First what a newcomer asks: how good is the number the Estimator shows, for the step chosen.
+answer = xla_answer_for(inputs, gpu_of(inputs))
+step = "xla" if answer is not None and answer.plan is not None else "graph"
+st.subheader(tr("How good is the number you are shown?"))
+st.info(xla_line(step) if step == "xla" or inputs.device == "gpu" else accuracy_line())
 st.caption(tr("Which step each table describes: the CPU set and your own models measure TensorFlow's graph executor "
               "(`jit_compile=False`) against the graph-executor walk; on the H100, the graph-executor slice does the "
               "same, and the XLA slice (`jit_compile=True`) is scored against the walk and, where its report exists, "

@@ -1001,6 +1001,10 @@ def test_every_page_says_which_step_its_numbers_describe():
                for c in app(page="pages/compare.py").caption)
     at = app(page="pages/validation.py")
     assert any(c.value.startswith("Which step each table describes") for c in at.caption)
+    # It starts with what a newcomer asks: how good the number shown is, for the step chosen.
+    assert at.subheader[0].value == "How good is the number you are shown?"
+    cpu = app({**SMALL, "step": "graph", "device": "cpu"}, page="pages/validation.py")
+    assert cpu.info[0].value.startswith("Accuracy on") and "TensorFlow CPU allocator peak" in cpu.info[0].value
     try:
         report = load_report(plan_report_path(GPU_TF_XLA_DATA))
     except OSError:
