@@ -16,6 +16,13 @@ section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [da
 .stMarkdown p, .stMarkdown li {font-size: 1.55rem; line-height: 1.45;}
 .katex-display .katex {font-size: 1.7em;}
 h1 {font-size: 2.8rem !important;}
+@media (max-height: 800px) {
+  .stMainBlockContainer, .block-container {padding-top: 1rem;}
+  .stMarkdown p, .stMarkdown li {font-size: 1.25rem; line-height: 1.35;}
+  .katex-display .katex {font-size: 1.3em;}
+  h1 {font-size: 2rem !important;}
+  h2 {font-size: 1.5rem !important;}
+}
 </style>"""
 
 

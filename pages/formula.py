@@ -27,14 +27,15 @@ top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no si
 top[1].download_button(tr("Handout (HTML, printable)"),
                        lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs)),
                        "memory-formula.html", "text/html", key="dl_handout")
-st.caption(tr("Every number on this page comes from replaying one training step in the order TensorFlow's graph "
-              "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the moment "
-              "when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) is "
-              "planned by XLA itself; the Estimator shows that plan."))
+if not presenting:  # on a projector, the lesson alone
+    st.caption(tr("Every number on this page comes from replaying one training step in the order TensorFlow's graph "
+                  "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the "
+                  "moment when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) "
+                  "is planned by XLA itself; the Estimator shows that plan."))
 xla_lesson = []
-if (answer := xla_answer_for(inputs, gpu)) is not None:
+if not presenting and (answer := xla_answer_for(inputs, gpu)) is not None:
     st.info(lesson_line(answer, inputs, gpu))
-    if answer.plan is not None and not presenting:
+    if answer.plan is not None:
         xla_lesson = xla_terms(answer.plan, n.breakdown.activations_bytes, inputs)
 if xla_lesson and answer is not None and answer.plan is not None:
     st.header(tr("XLA's plan, with your numbers"))
@@ -44,7 +45,7 @@ if xla_lesson and answer is not None and answer.plan is not None:
     for term in xla_lesson:
         st.markdown(lesson.term_markdown(term, inputs))
     st.latex(lesson.sum_latex(xla_lesson, answer.plan.peak_bytes, inputs))
-if inputs.num_gpus > 1:
+if inputs.num_gpus > 1 and not presenting:
     st.info(lesson.per_gpu_note(n, inputs))
 
 shown = len(terms)
@@ -52,13 +53,20 @@ if presenting:
     shown = presentation.step(len(terms))
 st.header(tr("1. What this tool computes"))
 st.latex(lesson.symbols_latex(terms))
-for term in terms[:shown]:
-    st.markdown(lesson.term_markdown(term, inputs))
-st.latex(lesson.sum_latex(terms[:shown], n.breakdown.peak_bytes if shown == len(terms) else None, inputs))
+total = n.breakdown.peak_bytes if shown == len(terms) else None
 if presenting:
+    # The controls, the sum so far and the newest term at the top, the earlier terms under them: on a
+    # projected page nothing the presenter needs falls below the screen, whichever term is shown.
     presentation.buttons(len(terms))
+    st.latex(lesson.sum_latex(terms[:shown], total, inputs))
+    for term in reversed(terms[:shown]):
+        st.markdown(lesson.term_markdown(term, inputs))
     if shown < len(terms):
         st.stop()
+else:
+    for term in terms:
+        st.markdown(lesson.term_markdown(term, inputs))
+    st.latex(lesson.sum_latex(terms, total, inputs))
 st.markdown(lesson.needed_markdown(n, inputs, gpu))
 st.markdown(lesson.largest_markdown(n, inputs, gpu.name))
 if presenting:
