@@ -246,7 +246,8 @@ def measured_for(inputs: Inputs) -> Measurement | None:
 
 
 def _plain_symbol(symbol: str) -> str:
-    return symbol.replace(r"\cdot", "·").replace("  ", " ")
+    """A LaTeX symbol as plain text: ``B \\cdot a`` as "B · a", ``A_{XLA}`` as "A_XLA"."""
+    return re.sub(r"_\{([^}]*)\}", r"_\1", symbol.replace(r"\cdot", "·")).replace("  ", " ")
 
 
 def symbols_latex(terms: list[Term]) -> str:

@@ -748,7 +748,7 @@ def test_the_formula_page_teaches_xla_s_plan_term_by_term_adding_up_to_its_peak(
     plan = put_plan(explained(raw, activations=raw["temp_bytes"] // 2, gradients=raw["temp_bytes"] // 8))
     at = app(page="pages/formula.py")
     assert any(h.value == "XLA's plan, with your numbers" for h in at.header)
-    assert any(m.value.startswith("- **A_{XLA}, activations**: the forward values live when XLA's temporaries peak "
+    assert any(m.value.startswith("- **A_XLA, activations**: the forward values live when XLA's temporaries peak "
                                   "(in the backward pass of conv1)") for m in at.markdown)
     total = fmt(plan.peak_bytes, Inputs(), 3).replace(",", "{,}").replace(" GiB", r"\,\mathrm{GiB}")
     assert any(r"M_{peak} = W + O + X + A_{XLA} + G_{XLA} + H + Y" in x.value for x in at.latex)
