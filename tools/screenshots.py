@@ -1,11 +1,14 @@
-"""Screenshots of every page in every language, and of the Formula page's presentation mode.
+"""Screenshots of every page in every language, of the Formula page's presentation mode and of its handout.
 
     python tools/screenshots.py [--out docs/screenshots] [--lang en ja ko]
 
 Serves the dashboard with ``streamlit run`` on a free port and drives the system's
 Chromium with Playwright (as tests/test_browser.py does). Japanese and Korean need a CJK
 font on the machine (Debian: ``apt-get install fonts-noto-cjk``), else they show as boxes.
-Writes ``<page>-<lang>.png`` (and ``formula-present-<lang>.png``) and prints each path.
+The link's XLA plan is first compiled with what fills its peak (the shipped plan leaves that
+out; one compile, in the server's own cache), so that the pages show XLA's split. Writes
+``<page>-<lang>.png``, ``formula-present-<width>x<height>-<lang>.png`` at 1920x1080 and
+1280x720, and ``handout-<lang>.png``, and prints each path.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"estimator": "", "layers": "layers", "formula": "formula", "compare": "compare", "validation": "validation"}
 LINK = "model=ResNet50&image_size=224&batch_size=32&optimizer=adam&gpu=t4"  # the default page: XLA plan shipped
 VIEWPORT = {"width": 1440, "height": 900}
+PROJECTORS = ({"width": 1920, "height": 1080}, {"width": 1280, "height": 720})
 
 
 def _free_port() -> int:
@@ -66,6 +70,37 @@ def shoot(page, url: str, path: Path, next_terms: int = 0) -> None:
     print(path)
 
 
+def explain_link(cache: str) -> None:
+    """Compiles the link's plan with what fills its peak, into ``cache``."""
+    from dataclasses import replace
+
+    from calc.xla import compute_plan
+    from dashboard.state import Inputs
+    from dashboard.xla_step import setup_of
+
+    os.environ["CALC_CACHE_DIR"] = cache
+    inputs = Inputs(model="ResNet50", image_size=224, batch_size=32, optimizer="adam", gpu="t4")
+    setup = setup_of(inputs)
+    plan = compute_plan(setup.spec, replace(setup.config, batch_size=inputs.batch_size), setup.gpu_key, setup.remat,
+                        explained=True)
+    assert plan.explained is not None, "the compile did not say what fills the peak"
+
+
+def shoot_handout(page, url: str, path: Path) -> None:
+    """The Formula page's handout, downloaded as a visitor would, then opened."""
+    page.goto(url, timeout=120_000)
+    settle(page)
+    with page.expect_download() as download:
+        page.locator(".st-key-dl_handout button").click()
+    saved = path.with_suffix(".html")
+    download.value.save_as(saved)
+    page.goto(saved.as_uri())
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(path), full_page=True)
+    saved.unlink()
+    print(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
@@ -76,6 +111,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with tempfile.TemporaryDirectory() as cache:
+        explain_link(cache)
         proc, url = serve(cache)
         try:
             with sync_playwright() as p:
@@ -84,8 +120,12 @@ def main() -> None:
                 for lang in args.lang:
                     for name, path in PAGES.items():
                         shoot(page, f"{url}/{path}?{LINK}&lang={lang}", args.out / f"{name}-{lang}.png")
-                    shoot(page, f"{url}/formula?{LINK}&lang={lang}&present=true",
-                          args.out / f"formula-present-{lang}.png", next_terms=3)
+                    shoot_handout(page, f"{url}/formula?{LINK}&lang={lang}", args.out / f"handout-{lang}.png")
+                    for size in PROJECTORS:
+                        projected = browser.new_page(viewport=size)
+                        shoot(projected, f"{url}/formula?{LINK}&lang={lang}&present=true",
+                              args.out / f"formula-present-{size['width']}x{size['height']}-{lang}.png", next_terms=5)
+                        projected.close()
                 browser.close()
         finally:
             proc.terminate()
