@@ -337,9 +337,10 @@ def why_rules_are_off() -> str:
 
 
 def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name: str, *, link: str = "",
-                 made: str = "", version: str = "") -> str:
+                 made: str = "", version: str = "", xla: tuple[list[Term], int] | None = None) -> str:
     """A printable page of the same lesson: which step it teaches, the setup, every term with its
-    arithmetic, the sum, the rules; ``link`` reproduces it, ``made`` is the date, ``version`` the tool's."""
+    arithmetic, the sum, the rules; ``link`` reproduces it, ``made`` is the date, ``version`` the tool's;
+    ``xla``: XLA's plan as terms (``dashboard.xla_view.xla_terms``) and its peak, a section of its own."""
     from html import escape
 
     def text(markdown: str) -> str:
@@ -351,8 +352,11 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
                model=inputs.model if inputs.source == "catalogue" else tr("your model"), size=inputs.image_size,
                batch=inputs.batch_size, per=n.batch, gpus=inputs.num_gpus, opt=inputs.optimizer,
                precision=inputs.precision, gpu=gpu_name)
-    rows = "".join(f"<tr><td><b>{escape(_plain_symbol(t.symbol))}</b></td><td>{escape(t.name)}</td>"
-                   f"<td>{text(t.how)}</td><td class=n>{escape(fmt(t.nbytes, inputs, 3))}</td></tr>" for t in terms)
+    def term_rows(shown: list[Term]) -> str:
+        return "".join(f"<tr><td><b>{escape(_plain_symbol(t.symbol))}</b></td><td>{escape(t.name)}</td>"
+                       f"<td>{text(t.how)}</td><td class=n>{escape(fmt(t.nbytes, inputs, 3))}</td></tr>" for t in shown)
+
+    rows = term_rows(terms)
     comparison = rule_comparison(n)
     head = "<tr>" + "".join(f"<th>{escape(str(k))}</th>" for k in (comparison[0] if comparison else {})) + "</tr>"
     rules = head + "".join("<tr>" + "".join(f"<td>{escape(_cell(v, inputs))}</td>" for v in row.values()) + "</tr>"
@@ -360,6 +364,18 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
     symbols = " + ".join(_plain_symbol(t.symbol) for t in terms)
     step = tr("This handout teaches the step TensorFlow's graph executor runs (`jit_compile=False`). Keras compiles "
               "the step with XLA on a GPU by default; the dashboard's Estimator and Formula pages show XLA's own plan.")
+    if xla is not None:
+        step = tr("Sections 1 and 2 teach the step TensorFlow's graph executor runs (`jit_compile=False`); section 3 "
+                  "is XLA's own plan of the step Keras compiles on a GPU by default (`jit_compile=True`).")
+    xla_section = ""
+    if xla is not None:
+        xla_terms, xla_peak = xla
+        heading = tr("3. XLA's plan, with your numbers")
+        xla_section = (
+            f"<h2>{escape(heading)}</h2>"
+            f"<p><b>M<sub>peak</sub> = {escape(' + '.join(_plain_symbol(t.symbol) for t in xla_terms))}</b></p>"
+            f"<table>{term_rows(xla_terms)}<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
+            f"<td class=n><b>{escape(fmt(xla_peak, inputs, 3))}</b></td></tr></table>")
     source = " · ".join(escape(x) for x in (made, f"keras-memory-calc {version}" if version
                                              else "") if x)
     if link:
@@ -378,7 +394,7 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
         f"<td class=n><b>{escape(fmt(n.breakdown.peak_bytes, inputs, 3))}</b></td></tr></table>"
         f"<h2>{escape(tr('2. The rules of thumb people use, for the same configuration'))}</h2><table>{rules}</table>"
         f"<p>{text(largest_markdown(n, inputs, gpu_name))}</p>"
-        "</html>"
+        f"{xla_section}</html>"
     )
 
 

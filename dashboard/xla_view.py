@@ -203,6 +203,14 @@ def xla_terms(plan: XlaPlan, walk_activations_bytes: int, inputs: Inputs) -> lis
     return [Term(how[k][0], how[k][1], how[k][2], v) for k, v in breakdown.items() if v]
 
 
+def xla_lesson(answer: XlaAnswer | None, walk_activations_bytes: int, inputs: Inputs) -> tuple[list[Term], int] | None:
+    """XLA's plan as terms and its peak, where the plan says what fills its peak; else None."""
+    if answer is None or answer.plan is None:
+        return None
+    terms = xla_terms(answer.plan, walk_activations_bytes, inputs)
+    return (terms, answer.plan.peak_bytes) if terms else None
+
+
 def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str:
     """The Formula page's line on the step the Estimator shows, when that step is XLA's."""
     if answer.plan is None:

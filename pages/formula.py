@@ -10,7 +10,7 @@ from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of
 from dashboard.xla_step import xla_answer_for
-from dashboard.xla_view import lesson_line, xla_terms
+from dashboard.xla_view import lesson_line, xla_lesson
 
 ensure_routed()
 inputs, profile = inputs_and_profile()
@@ -19,32 +19,32 @@ fit = views.fit_of(profile, inputs, gpu)
 n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), fit, fit.max_batch)
 terms = lesson.terms(n, inputs)
 presenting = inputs.present
+answer = xla_answer_for(inputs, gpu)
+xla = xla_lesson(answer, n.breakdown.activations_bytes, inputs)  # XLA's plan as terms, where it says what fills it
 if presenting:
     st.html(presentation.CSS)
 st.title(tr("The formula, with your numbers"))
 top = st.columns([1, 1, 2])
 top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
 top[1].download_button(tr("Handout (HTML, printable)"),
-                       lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs)),
+                       lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs), xla=xla),
                        "memory-formula.html", "text/html", key="dl_handout")
 if not presenting:  # on a projector, the lesson alone
     st.caption(tr("Every number on this page comes from replaying one training step in the order TensorFlow's graph "
                   "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the "
                   "moment when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) "
                   "is planned by XLA itself; the Estimator shows that plan."))
-xla_lesson = []
-if not presenting and (answer := xla_answer_for(inputs, gpu)) is not None:
+if not presenting and answer is not None:
     st.info(lesson_line(answer, inputs, gpu))
-    if answer.plan is not None:
-        xla_lesson = xla_terms(answer.plan, n.breakdown.activations_bytes, inputs)
-if xla_lesson and answer is not None and answer.plan is not None:
+if xla is not None and not presenting:
+    xla_terms, xla_peak = xla
     st.header(tr("XLA's plan, with your numbers"))
     st.caption(tr("The step Keras runs on a GPU (jit_compile=True): XLA's own plan, split by what fills it at its "
                   "peak (the values XLA's buffer assignment holds then)."))
-    st.latex(lesson.symbols_latex(xla_lesson))
-    for term in xla_lesson:
+    st.latex(lesson.symbols_latex(xla_terms))
+    for term in xla_terms:
         st.markdown(lesson.term_markdown(term, inputs))
-    st.latex(lesson.sum_latex(xla_lesson, answer.plan.peak_bytes, inputs))
+    st.latex(lesson.sum_latex(xla_terms, xla_peak, inputs))
 if inputs.num_gpus > 1 and not presenting:
     st.info(lesson.per_gpu_note(n, inputs))
 

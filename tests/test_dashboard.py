@@ -754,6 +754,23 @@ def test_the_formula_page_teaches_xla_s_plan_term_by_term_adding_up_to_its_peak(
     assert any(r"M_{peak} = W + O + X + A_{XLA} + G_{XLA} + H + Y" in x.value for x in at.latex)
     assert any(r"\begin{aligned} M_{peak} &= " in x.value and ("&= " + total + r"\end{aligned}") in x.value
                for x in at.latex)
+    from calc import xla
+    from calc.xla import plan_budget
+    from dashboard import lesson, views
+    from dashboard.state import parse_query
+    from dashboard.xla_view import xla_answer, xla_lesson
+
+    inputs, _ = parse_query(SMALL)
+    spec, config = small_step()
+    profile = get_profile(spec)
+    fit = views.fit_of(profile, inputs, GPU_PRESETS["t4"])
+    n = lesson.formula_numbers(profile, inputs, GPU_PRESETS["t4"], None, fit, fit.max_batch)
+    answer = xla_answer(xla.known_plans(spec, config, "t4"), config.per_replica_batch,
+                        plan_budget(GPU_PRESETS["t4"], 0.05))
+    html = lesson.handout_html(n, inputs, lesson.terms(n, inputs), "Tesla T4",
+                               xla=xla_lesson(answer, n.breakdown.activations_bytes, inputs))
+    assert "<h2>3. XLA&#x27;s plan, with your numbers</h2>" in html and "section 3 is XLA" in html
+    assert f"<b>{fmt(plan.peak_bytes, inputs, 3)}</b></td></tr></table></html>" in html
     graph = app({**SMALL, "step": "graph"}, page="pages/formula.py")
     assert not any(h.value == "XLA's plan, with your numbers" for h in graph.header)
 
