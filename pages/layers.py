@@ -30,7 +30,10 @@ table = pd.DataFrame([r.__dict__ for r in rows]).rename(columns={
 st.caption(tr("{calls} layer calls, {params:,} parameters ({trainable:,} trainable when everything is trained). "
               "'Bytes kept per sample' is what the backward pass holds for one image.",
               calls=len(rows), params=profile.total_params, trainable=profile.trainable_params))
-st.dataframe(table, hide_index=True, column_config={share: st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1, width="medium")})
+counted = st.column_config.NumberColumn(format="localized")  # with the reader's digit grouping
+st.dataframe(table, hide_index=True, column_config={
+    share: st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1, width="medium"),
+    tr("params"): counted, tr("bytes kept per sample"): counted})
 d1, d2 = st.columns(2)
 d1.download_button(tr("Layers as CSV"), table.to_csv(index=False), "layers.csv", "text/csv", key="dl_layers_csv")
 d2.download_button(tr("Layers as JSON"), json.dumps([r.__dict__ for r in rows]), "layers.json", "application/json",

@@ -56,7 +56,8 @@ def show_validation_chart(key: str) -> None:
 
 show_validation_chart("validation_chart")
 percent = st.column_config.NumberColumn(format="percent")
-error_column = {tr("relative_error"): percent}
+counted = st.column_config.NumberColumn(format="localized")  # bytes with the reader's digit grouping
+error_column = {tr("relative_error"): percent, tr("measured_bytes"): counted, tr("predicted_bytes"): counted}
 st.dataframe(case_table(cases), hide_index=True, column_config=error_column)
 
 st.subheader(tr("Where runs of one step differ most"))
