@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import sys
 import time
@@ -190,9 +189,11 @@ class PlanModel:
 
 
 def _dump_folder() -> Path | None:
-    """Where XLA dumps compiled modules in this process (``--xla_dump_to`` in ``XLA_FLAGS``), or None."""
-    m = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
-    return Path(m.group(1)) if m else None
+    """The folder this process's XLA dumps compiled modules to for the peak's explanation (``CALC_XLA_DUMP``,
+    set with ``--xla_dump_to`` by ``calc.workers.plans.plan_env``), or None; a folder of a user's own
+    ``--xla_dump_to`` is never read or emptied."""
+    folder = os.environ.get("CALC_XLA_DUMP", "")
+    return Path(folder) if folder and f"--xla_dump_to={folder}" in os.environ.get("XLA_FLAGS", "") else None
 
 
 def _nbytes(values: Any) -> int:

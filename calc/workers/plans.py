@@ -28,6 +28,7 @@ from calc.workers.protocol import Child, Reply, background_env, child_command, c
 from calc.xla.plan import TIMEOUT_S, PlanError
 
 COMPILE_NICE = 10  # the compile children's CPU priority below the server's (os.nice)
+DUMP_ENV = "CALC_XLA_DUMP"  # the compile child's dump folder (calc.keras.plan reads it)
 
 
 class PlanCancelled(PlanError):
@@ -50,6 +51,7 @@ def plan_env(dump_dir: str | None = None) -> dict[str, str]:
     flags = env.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0"
     if dump_dir:
         flags += f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_proto --xla_dump_hlo_module_re=jit_train_step"
+        env[DUMP_ENV] = dump_dir  # the folder the child reads and empties: its own, never one a user set
     env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=flags.strip())
     return env
 
