@@ -465,9 +465,10 @@ class Scheduler:
             elif (want.setup, batch) in tasks:
                 ahead = order.index((want.setup, batch))
                 wait = (sum(running_left) + ahead * self.estimate_s(False)) / self._count
-                yielded = dict(held_by="yielded", limit_s=self.yield_s) if (want.setup, batch) in self._yielded else {}
+                yielded = (want.setup, batch) in self._yielded
                 progress[want] = Progress("queued", batch, ahead=ahead + len(self._running),
-                                          eta_s=wait + self.estimate_s(False), **yielded, **steps)
+                                          eta_s=wait + self.estimate_s(False), held_by="yielded" if yielded else "",
+                                          limit_s=self.yield_s if yielded else 0.0, **steps)
             else:
                 mine = {w.setup for other in self._sessions.values() if other.client == held.client
                         for w in other.wants}
