@@ -321,6 +321,16 @@ def test_a_fresh_compile_gives_the_shipped_plan_to_the_byte():
         {k: shipped[key][16][k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")}
 
 
+@needs_plan
+def test_the_landing_links_shipped_plan_says_what_fills_its_peak():
+    """The landing page (ResNet50 224, b32, Adam, T4) splits XLA's peak without a compile: the shipped
+    plan at the curve's first batch keeps its explanation, its largest layers named."""
+    config = TrainingConfig(batch_size=32, optimizer="adam", device="gpu")
+    plan = xla.known_plans(make_spec("ResNet50", 224), config, "t4").plans[32]
+    assert plan.explained is not None and sum(plan.breakdown().values()) == plan.peak_bytes
+    assert len(plan.explained.layers) == cache.SHIPPED_LAYERS + 1 and plan.explained.layers[-1][0] == "(other layers)"
+
+
 # A small convolutional network saved as a file: a compile of its step takes seconds.
 SMALL_CNN = ModelFile("calc/data/models/plain_cnn.keras")
 

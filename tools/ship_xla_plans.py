@@ -9,7 +9,8 @@ Shipped are, by family (one configuration on one card, every batch known):
   for the precisions, optimizers and cards it names, from the dashboard's default batch: that
   plan, the second plan the curve asks for (``PlanCurve.second_anchor``) and the search for the
   largest batch at the dashboard's default margin, so that the landing page and a first model
-  switch draw the curve and give the largest batch without a compile.
+  switch draw the curve and give the largest batch without a compile. The plan at the default
+  batch keeps what fills its peak (``calc.xla.peak``, its largest layers) where its compile said.
 
 ``--compile`` first compiles what the disk cache lacks (hours for every curve on two cores; a
 model's configuration is compiled for every card in a row, so the worker builds it once;
@@ -69,17 +70,37 @@ def compile_curve(spec, config, gpu: str, margin: float) -> str:
     from calc.xla import CompiledPoint, PlanCurve, compute_plan, known_curve, plan_budget
     from calc.xla.search import search_curve
 
-    def plan_at(batch: int) -> CompiledPoint:
-        plan = compute_plan(spec, replace(config, batch_size=batch), gpu)
+    def plan_at(batch: int, explained: bool = False) -> CompiledPoint:
+        plan = compute_plan(spec, replace(config, batch_size=batch), gpu, explained=explained)
         return CompiledPoint(batch, plan.peak_bytes, plan.temporaries_bytes)
 
     memory = xla.target_for(gpu).device_memory_size
-    points = [plan_at(config.batch_size)]
+    points = [plan_at(config.batch_size, explained=True)]  # the page a first visit shows says what fills it
     while (second := PlanCurve.of(points, memory).second_anchor()) is not None:
         points.append(plan_at(second))
     answer, curve, _ = search_curve(plan_at, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes, config.batch_size,
                                     known_curve(spec, config, gpu))
     return f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
+
+
+def kept(raw: dict, explained: bool) -> dict:
+    """What the shipped file keeps of a plan: ``KEPT_FIELDS``; what fills the peak only for a curve's
+    first batch (``explained``: the page a first visit shows), with its largest layers."""
+    from calc.xla import cache
+    from calc.xla.peak import OTHER_LAYERS
+
+    out = {k: raw[k] for k in cache.KEPT_FIELDS if k in raw and k not in cache.NOT_SHIPPED}
+    if explained and isinstance(raw.get("peak"), dict):
+        peak = dict(raw["peak"])
+        layers = peak.get("layers", [])
+        if len(layers) > cache.SHIPPED_LAYERS:
+            rest: dict[str, int] = {}
+            for _, per in layers[cache.SHIPPED_LAYERS:]:
+                for kind, nbytes in per.items():
+                    rest[kind] = rest.get(kind, 0) + nbytes
+            peak["layers"] = [*layers[:cache.SHIPPED_LAYERS], [OTHER_LAYERS, rest]]
+        out["peak"] = peak
+    return out
 
 
 def write(models: list[str] | None = None) -> None:
@@ -91,12 +112,11 @@ def write(models: list[str] | None = None) -> None:
         raise SystemExit(xla.unavailable_reason())
     families: dict[str, dict] = {}
 
-    def add(spec, config, gpu, label: str) -> None:
+    def add(spec, config, gpu, label: str, explained_at: int = 0) -> None:
         request, key = xla.family_request(spec, config, gpu)
         plans = cache.read_family(key)
         if plans:
-            families[key] = {"label": label, "plans": {str(b): {k: raw[k] for k in cache.KEPT_FIELDS
-                                                                if k in raw and k not in cache.NOT_SHIPPED}
+            families[key] = {"label": label, "plans": {str(b): kept(raw, b == explained_at)
                                                        for b, raw in sorted(plans.items())}}
 
     for spec, config, gpu in validation_requests():
@@ -104,7 +124,8 @@ def write(models: list[str] | None = None) -> None:
                                f"{config.train_mode.value} on {gpu}")
     for spec, config, gpus, _ in curve_setups():
         for gpu in gpus:
-            add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}")
+            add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}",
+                explained_at=config.batch_size)
     text = json.dumps({"format": cache.PLAN_FORMAT, "versions": versions, "families": dict(sorted(families.items()))},
                       separators=(",", ":"), sort_keys=True)
     with gzip.GzipFile(cache.SHIPPED_PLANS, "wb", mtime=0) as f:  # the same plans give the same bytes
