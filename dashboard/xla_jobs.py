@@ -36,7 +36,6 @@ from calc.catalogue import ModelFile, ModelSpec
 from calc.types import TrainingConfig
 from calc.workers.failures import FailureMemory
 from calc.workers.plans import PlanBusy, PlanCancelled, PlanWorker
-from calc.xla import PlanCurve
 from calc.xla.compute import compile_request
 
 COMPILES_ENV = "CALC_XLA_COMPILES"
@@ -86,9 +85,6 @@ class Setup:
     def known(self) -> xla.KnownPlans:
         """Every plan known at any batch (shipped or on disk); never compiles."""
         return xla.known_plans(self.spec, self.config, self.gpu_key, self.remat)
-
-    def curve(self) -> PlanCurve:
-        return self.known().curve
 
 
 class Kind(IntEnum):

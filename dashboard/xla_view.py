@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from calc.gpus import GpuPreset
-from calc.xla import KnownPlans, MaxBatch, PlanBudget, XlaPlan
+from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
 from dashboard.state import Inputs
@@ -176,9 +176,7 @@ def xla_terms(plan: XlaPlan, walk_activations_bytes: int, inputs: Inputs) -> lis
     breakdown, ex = plan.breakdown(), plan.explained
     if breakdown is None or ex is None:
         return []
-    when = {"backward": tr("in the backward pass of {layer}", layer=ex.moment_layer),
-            "forward": tr("in the forward pass of {layer}", layer=ex.moment_layer),
-            "update": tr("in the optimizer's update")}.get(ex.moment_phase, tr("while XLA copies values"))
+    when = _peak_moment(ex)
     how = {
         "weights": (r"W", tr("weights"), tr("the model's variables, an argument of the compiled step")),
         "optimizer_state": (r"O", tr("optimizer state"), tr("the optimizer's variables, an argument too")),
@@ -261,15 +259,18 @@ def xla_layer_rows(plan: XlaPlan, inputs: Inputs) -> list[dict[str, object]]:
 
 def xla_layers_caption(plan: XlaPlan, inputs: Inputs) -> str:
     """What the XLA table on the Layers page is, with the moment of the peak."""
-    ex = plan.explained
-    assert ex is not None
-    when = {"backward": tr("in the backward pass of {layer}", layer=ex.moment_layer),
-            "forward": tr("in the forward pass of {layer}", layer=ex.moment_layer),
-            "update": tr("in the optimizer's update")}.get(ex.moment_phase, tr("while XLA copies values"))
+    assert plan.explained is not None
     return tr("XLA's plan peaks {when}. Each layer's row is what its values hold in XLA's temporaries then "
               "(activations, gradients, the cuDNN and cuBLAS workspace, copies in another layout); the rows in "
               "parentheses are the rest of the plan's peak. The totals sum to the plan's peak, {peak}.",
-              when=when, peak=fmt(plan.peak_bytes, inputs))
+              when=_peak_moment(plan.explained), peak=fmt(plan.peak_bytes, inputs))
+
+
+def _peak_moment(ex: PeakExplained) -> str:
+    """When XLA's temporaries peak, in words: in which layer's pass, or the update, or XLA's own copies."""
+    return {"backward": tr("in the backward pass of {layer}", layer=ex.moment_layer),
+            "forward": tr("in the forward pass of {layer}", layer=ex.moment_layer),
+            "update": tr("in the optimizer's update")}.get(ex.moment_phase, tr("while XLA copies values"))
 
 
 def layers_line(answer: XlaAnswer, walk_peak_bytes: int, inputs: Inputs) -> str:

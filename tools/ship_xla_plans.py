@@ -87,19 +87,11 @@ def kept(raw: dict, explained: bool) -> dict:
     """What the shipped file keeps of a plan: ``KEPT_FIELDS``; what fills the peak only for a curve's
     first batch (``explained``: the page a first visit shows), with its largest layers."""
     from calc.xla import cache
-    from calc.xla.peak import OTHER_LAYERS
+    from calc.xla.peak import fold_layers
 
     out = {k: raw[k] for k in cache.KEPT_FIELDS if k in raw and k not in cache.NOT_SHIPPED}
     if explained and isinstance(raw.get("peak"), dict):
-        peak = dict(raw["peak"])
-        layers = peak.get("layers", [])
-        if len(layers) > cache.SHIPPED_LAYERS:
-            rest: dict[str, int] = {}
-            for _, per in layers[cache.SHIPPED_LAYERS:]:
-                for kind, nbytes in per.items():
-                    rest[kind] = rest.get(kind, 0) + nbytes
-            peak["layers"] = [*layers[:cache.SHIPPED_LAYERS], [OTHER_LAYERS, rest]]
-        out["peak"] = peak
+        out["peak"] = {**raw["peak"], "layers": fold_layers(raw["peak"].get("layers", []), cache.SHIPPED_LAYERS)}
     return out
 
 

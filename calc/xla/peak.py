@@ -147,13 +147,20 @@ def explain(hlo_proto: bytes, *, optimizer: Iterable[str], state_layers: dict[tu
     instructions, assignment = read_hlo_proto(hlo_proto)
     out = explain_assignment(instructions, assignment, optimizer=frozenset(optimizer),
                              state_layers=state_layers or {}, leaf_layers=frozenset(leaf_layers))
-    if len(out["layers"]) > layers_kept:
-        rest: dict[str, int] = {}
-        for _, per in out["layers"][layers_kept:]:
-            for kind, nbytes in per.items():
-                rest[kind] = rest.get(kind, 0) + nbytes
-        out["layers"] = [*out["layers"][:layers_kept], [OTHER_LAYERS, rest]]
+    out["layers"] = fold_layers(out["layers"], layers_kept)
     return out
+
+
+def fold_layers(layers: list[list[Any]], kept: int) -> list[list[Any]]:
+    """An explanation's ``layers`` ([layer, {kind: bytes}], largest first) with the first ``kept`` named
+    and the rest summed by kind as ``OTHER_LAYERS`` (one already there is summed in too)."""
+    if len(layers) <= kept:
+        return layers
+    rest: dict[str, int] = {}
+    for _, per in layers[kept:]:
+        for kind, nbytes in per.items():
+            rest[kind] = rest.get(kind, 0) + nbytes
+    return [*layers[:kept], [OTHER_LAYERS, rest]]
 
 
 def explain_assignment(instructions: dict[int, Instruction], assignment: BufferAssignment, *,
