@@ -391,13 +391,16 @@ async def watch_memory(pid: int, peaks: dict, stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), 0.5)
 
 
+def process_stat(pid: int) -> list[str]:
+    """A process's /proc stat fields after its name (state first); [] once it has ended."""
+    with contextlib.suppress(OSError, IndexError):
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return []
+
+
 def running_children(pid: int) -> int:
     """The server's descendants that are running or waiting on the disk now."""
-    count = 0
-    for p in tree(pid)[1:]:
-        with contextlib.suppress(OSError, IndexError):
-            count += open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] in ("R", "D")
-    return count
+    return sum(process_stat(p)[:1] in (["R"], ["D"]) for p in tree(pid)[1:])
 
 
 async def hostile(url: str, args, group: tuple[str, ...]) -> dict:
@@ -462,15 +465,11 @@ RUNNERS = {("first-number", "batch-change"): first_and_batch, ("new-config",): n
 def sample(roots: list[int]) -> tuple[float, bool]:
     """CPU seconds of the servers and their live descendants (the build and compile workers), and whether
     one of them is runnable now: a compile starved of CPU by other jobs on the host uses little, but is."""
-    cpu, runnable, pids = 0.0, False, list(roots)
-    while pids:
-        p = pids.pop()
-        with contextlib.suppress(OSError, IndexError):
-            stat = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()  # state, ..., utime, stime
+    cpu, runnable = 0.0, False
+    for stat in (process_stat(p) for root in roots for p in tree(root)):
+        if len(stat) > 12:  # state, ..., utime, stime
             cpu += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
             runnable = runnable or stat[0] == "R"
-            for task in os.listdir(f"/proc/{p}/task"):
-                pids += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
     return cpu, runnable
 
 
