@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -402,7 +403,6 @@ def handout_source(inputs: Inputs) -> dict[str, str]:
     """Where a handout comes from: the link that reproduces it (this page's address with the inputs),
     today's date and the tool's version."""
     import datetime
-    from importlib import metadata
     from urllib.parse import urlencode, urlsplit
 
     import streamlit as st
@@ -412,16 +412,23 @@ def handout_source(inputs: Inputs) -> dict[str, str]:
         base = f"{page.scheme}://{page.netloc}{page.path}" if page.netloc else ""
     except Exception:  # noqa: BLE001 - no request (AppTest, a script): the link is relative
         base = ""
+    return {"link": f"{base}?{urlencode(inputs.to_query())}", "made": datetime.date.today().isoformat(),
+            "version": tool_version()}
+
+
+@functools.cache
+def tool_version() -> str:
+    """This project's version: installed, or from pyproject.toml when run from a checkout (read once a process)."""
+    from importlib import metadata
+
     try:
-        version = metadata.version("keras-memory-calc")
-    except metadata.PackageNotFoundError:  # run from a checkout without installing it
+        return metadata.version("keras-memory-calc")
+    except metadata.PackageNotFoundError:
         import tomllib
         from pathlib import Path
 
         pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
-        version = tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.is_file() else ""
-    return {"link": f"{base}?{urlencode(inputs.to_query())}", "made": datetime.date.today().isoformat(),
-            "version": version}
+        return tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.is_file() else ""
 
 
 def _cell(value: object, inputs: Inputs) -> str:
