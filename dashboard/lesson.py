@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from calc.estimate import GpuFit, accumulator_reset_parameters, early_temporaries_per_variable, plan_step
 from calc.facts.dtypes import FLOAT32, LABEL_BYTES
@@ -14,6 +15,9 @@ from calc.facts.allocator import ALLOCATION_GRANULE, FRAGMENTATION, UNTRACKED_BE
 from dashboard.i18n import tr
 from dashboard.state import Inputs
 from dashboard.views import config_of, fit_of, fmt, layer_rows
+
+if TYPE_CHECKING:  # dashboard.xla_view imports this module
+    from dashboard.xla_view import XlaLesson
 
 
 @dataclass(frozen=True)
@@ -338,10 +342,10 @@ def why_rules_are_off() -> str:
 
 
 def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name: str, *, link: str = "",
-                 made: str = "", version: str = "", xla: tuple[list[Term], int] | None = None) -> str:
+                 made: str = "", version: str = "", xla: XlaLesson | None = None) -> str:
     """A printable page of the same lesson: which step it teaches, the setup, every term with its
     arithmetic, the sum, the rules; ``link`` reproduces it, ``made`` is the date, ``version`` the tool's;
-    ``xla``: XLA's plan as terms (``dashboard.xla_view.xla_terms``) and its peak, a section of its own."""
+    ``xla``: XLA's plan as a lesson (``dashboard.xla_view.xla_lesson``), a section of its own."""
     from html import escape
 
     def text(markdown: str) -> str:
@@ -370,13 +374,18 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
                   "is XLA's own plan of the step Keras compiles on a GPU by default (`jit_compile=True`).")
     xla_section = ""
     if xla is not None:
-        xla_terms, xla_peak = xla
         heading = tr("3. XLA's plan, with your numbers")
+        versus = xla.versus
+        versus_head = "<tr>" + "".join(f"<th>{escape(k)}</th>" for k in (versus[0] if versus else {})) + "</tr>"
+        versus_rows = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row.values()) + "</tr>"
+                              for row in versus)
         xla_section = (
             f"<h2>{escape(heading)}</h2>"
-            f"<p><b>M<sub>peak</sub> = {escape(' + '.join(_plain_symbol(t.symbol) for t in xla_terms))}</b></p>"
-            f"<table>{term_rows(xla_terms)}<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
-            f"<td class=n><b>{escape(fmt(xla_peak, inputs, 3))}</b></td></tr></table>")
+            f"<p><b>M<sub>peak</sub> = {escape(' + '.join(_plain_symbol(t.symbol) for t in xla.terms))}</b></p>"
+            f"<table>{term_rows(list(xla.terms))}<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
+            f"<td class=n><b>{escape(fmt(xla.peak_bytes, inputs, 3))}</b></td></tr></table>"
+            f"<h3>{escape(tr('Why it differs from the walk'))}</h3><table>{versus_head}{versus_rows}</table>"
+            f"<p>{text(xla.why)}</p>")
     source = " · ".join(escape(x) for x in (made, f"keras-memory-calc {version}" if version
                                              else "") if x)
     if link:

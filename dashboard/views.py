@@ -137,6 +137,17 @@ def walk_peak_bytes(profile: ModelProfile, inputs: Inputs) -> int:
     return estimate_memory(profile, config_of(inputs)).peak_bytes
 
 
+def walk_peak_rows(profile: ModelProfile, inputs: Inputs) -> tuple[str, list[dict[str, object]]]:
+    """The walk's peak for one device's batch, part by part (the Estimator's bar, without the overhead),
+    then the peak; and the moment of the peak."""
+    breakdown = estimate_memory(profile, config_of(inputs))
+    named = [(tr(LABELS[k]), v) for k, v in bar_parts(breakdown.components(), 0)]
+    named.append((tr("Predicted peak (graph executor)"), breakdown.peak_bytes))
+    divisor = unit_divisor(inputs)
+    return breakdown.peak_phase, [{tr("component"): name, tr("bytes"): nbytes, inputs.unit: round(nbytes / divisor, 3)}
+                                  for name, nbytes in named]
+
+
 def timeline(profile: ModelProfile, inputs: Inputs) -> list[tuple[str, int]]:
     return step_timeline(profile, config_of(inputs))
 

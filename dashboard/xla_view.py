@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from calc.gpus import GpuPreset
+from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
@@ -201,16 +202,102 @@ def xla_terms(plan: XlaPlan, walk_activations_bytes: int, inputs: Inputs) -> lis
     return [Term(how[k][0], how[k][1], how[k][2], v) for k, v in breakdown.items() if v]
 
 
-def xla_lesson(answer: XlaAnswer | None, walk_activations_bytes: int, inputs: Inputs) -> tuple[list[Term], int] | None:
-    """XLA's plan as terms and its peak, where the plan says what fills its peak; else None."""
+# The walk's parts (calc.types.MemoryBreakdown.components) beside XLA's kinds (XlaPlan.breakdown), row by
+# row: what the two steps hold of the same thing at their peaks. Each part of either is in one row.
+VERSUS = ((mark("weights"), ("weights",), ("weights",)),
+          (mark("optimizer state"), ("optimizer_state",), ("optimizer_state",)),
+          (mark("input batch"), ("input_batch",), ("input_batch",)),
+          (mark("activations"), ("activations",), ("activations",)),
+          (mark("gradients, and the backward's temporaries"), ("gradients", "backward_transient"), ("gradients",)),
+          (mark("optimizer temporaries"), ("other",), ("optimizer",)),
+          (mark("cuDNN and cuBLAS workspace"), (), ("workspace",)),
+          (mark("layout copies"), (), ("layout_copies",)),
+          (mark("other XLA values"), (), ("other", "step_outputs", "outside_step")),
+          (mark("the allocator's chunks, the heap's packing"), ("allocator",), ("packing",)))
+
+
+@dataclass(frozen=True)
+class XlaLesson:
+    """XLA's plan as the Formula page, its presentation and the handout teach it: its terms (summing to
+    ``peak_bytes``), the walk's parts beside its own, and why the two differ, with the user's numbers."""
+
+    terms: tuple[Term, ...]
+    peak_bytes: int
+    versus: tuple[dict[str, str], ...]
+    why: str
+
+
+def versus_rows(plan: XlaPlan, walk: MemoryBreakdown, inputs: Inputs) -> tuple[dict[str, str], ...]:
+    """The walk's peak and XLA's plan part by part (``VERSUS``), then their totals: each column sums to
+    its step's peak. Parts neither holds are left out."""
+    ours, theirs = walk.components(), plan.breakdown() or {}
+    part, walk_head, plan_head, diff_head = tr("part"), tr("graph-executor walk"), tr("XLA's plan"), tr("XLA − walk")
+
+    def row(name: str, a: int, b: int) -> dict[str, str]:
+        sign = "+" if b > a else "−" if b < a else ""
+        return {part: name, walk_head: fmt(a, inputs, 3), plan_head: fmt(b, inputs, 3),
+                diff_head: sign + fmt(abs(b - a), inputs, 3)}
+
+    rows = []
+    for label, walk_keys, plan_keys in VERSUS:
+        a, b = sum(ours.get(k, 0) for k in walk_keys), sum(theirs.get(k, 0) for k in plan_keys)
+        if a or b:
+            rows.append(row(tr(label), a, b))
+    rows.append(row(tr("peak"), walk.peak_bytes, plan.peak_bytes))
+    return tuple(rows)
+
+
+def why_less_than_the_walk(plan: XlaPlan, walk: MemoryBreakdown, inputs: Inputs) -> str:
+    """Why XLA's plan differs from the walk, with the user's numbers: what XLA fuses away and frees early."""
+    assert plan.explained is not None
+    kinds = plan.breakdown() or {}
+    added = sum(kinds.get(k, 0) for k in ("workspace", "layout_copies", "other", "step_outputs", "outside_step"))
+    fused = walk.activations_bytes - kinds.get("activations", 0)
+    if plan.peak_bytes <= walk.peak_bytes:
+        total = tr("XLA's plan ({plan}) is {diff} less than the walk's peak ({walk}).", plan=fmt(plan.peak_bytes, inputs, 3),
+                   walk=fmt(walk.peak_bytes, inputs, 3), diff=fmt(walk.peak_bytes - plan.peak_bytes, inputs, 3))
+    else:
+        total = tr("XLA's plan ({plan}) is {diff} more than the walk's peak ({walk}).", plan=fmt(plan.peak_bytes, inputs, 3),
+                   walk=fmt(walk.peak_bytes, inputs, 3), diff=fmt(plan.peak_bytes - walk.peak_bytes, inputs, 3))
+    if fused >= 0:
+        kept = tr("At its peak ({phase}) the walk keeps {walk} of activations, every tensor a gradient will read; at "
+                  "XLA's peak ({when}) {plan} are live, {fused} fewer: XLA fuses elementwise operations (a "
+                  "BatchNormalization, its activation, an addition) into the kernel that feeds them, so their outputs "
+                  "are never written unless a gradient reads them, and frees each value as soon as its last reader "
+                  "has run.",
+                  phase=walk.peak_phase, walk=fmt(walk.activations_bytes, inputs, 3), when=_peak_moment(plan.explained),
+                  plan=fmt(kinds.get("activations", 0), inputs, 3), fused=fmt(fused, inputs, 3))
+    else:
+        kept = tr("At its peak ({phase}) the walk keeps {walk} of activations; at XLA's peak ({when}) {plan} are "
+                  "live, {more} more: XLA's peak comes at another moment of the step than the walk's.",
+                  phase=walk.peak_phase, walk=fmt(walk.activations_bytes, inputs, 3), when=_peak_moment(plan.explained),
+                  plan=fmt(kinds.get("activations", 0), inputs, 3), more=fmt(-fused, inputs, 3))
+    state = (walk.weights_bytes + walk.optimizer_state_bytes + walk.input_batch_bytes
+             - sum(kinds.get(k, 0) for k in ("weights", "optimizer_state", "input_batch")))
+    same = tr("The weights, the optimizer state and the batch are the same values in both steps; the walk counts "
+              "them {state} larger, by TensorFlow's allocator rounding (term C below), which XLA's buffers do not "
+              "have.", state=fmt(state, inputs, 3)) if state > 0 else ""
+    extra = tr("XLA adds {added} the walk does not name (kernel workspace, copies in another layout, its own "
+               "values), and its heap packs the rest into {packing} of gaps.", added=fmt(added, inputs, 3),
+               packing=fmt(kinds.get("packing", 0), inputs, 3))
+    return " ".join(x for x in (total, same, kept, extra) if x)
+
+
+def xla_lesson(answer: XlaAnswer | None, walk: MemoryBreakdown, inputs: Inputs) -> XlaLesson | None:
+    """XLA's plan as a lesson, where the plan says what fills its peak; else None. ``walk``: the walk's
+    peak of the same configuration, which the lesson sets beside it."""
     if answer is None or answer.plan is None:
         return None
-    terms = xla_terms(answer.plan, walk_activations_bytes, inputs)
-    return (terms, answer.plan.peak_bytes) if terms else None
+    terms = xla_terms(answer.plan, walk.activations_bytes, inputs)
+    if not terms:
+        return None
+    return XlaLesson(tuple(terms), answer.plan.peak_bytes, versus_rows(answer.plan, walk, inputs),
+                     why_less_than_the_walk(answer.plan, walk, inputs))
 
 
-def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str:
-    """The Formula page's line on the step the Estimator shows, when that step is XLA's."""
+def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool = False) -> str:
+    """The Formula page's line on the step the Estimator shows, when that step is XLA's; ``taught``: the
+    page teaches XLA's plan first (it says what fills its peak)."""
     if answer.plan is None:
         return tr("The sidebar's step is XLA's (jit_compile=True), whose plan for this batch is not known on this "
                   "server yet: the Estimator compiles it. This page teaches the graph executor's step "
@@ -218,12 +305,17 @@ def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str:
     best = answer.max_batch
     largest = (f"{best.batch * inputs.num_gpus:,}" if best is not None and best.settled else
                tr("at least {batch:,} (searching)", batch=best.batch * inputs.num_gpus) if best is not None else "-")
-    return tr("The sidebar's step is XLA's (jit_compile=True): the Estimator shows XLA's own plan, {peak} at this "
-              "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free. "
-              "This page teaches the graph executor's step (jit_compile=False), whose formula XLA does not follow "
-              "(it fuses operations and plans its own buffers): every number below is the walk's.",
-              peak=fmt(answer.plan.peak_bytes, inputs), gpu=gpu.name, largest=largest, margin=answer.budget.margin,
-              how=tr("compiled") if answer.plan.compiled else tr("drawn between compiled plans"))
+    shown = tr("The sidebar's step is XLA's (jit_compile=True): the Estimator shows XLA's own plan, {peak} at this "
+               "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free.",
+               peak=fmt(answer.plan.peak_bytes, inputs), gpu=gpu.name, largest=largest, margin=answer.budget.margin,
+               how=tr("compiled") if answer.plan.compiled else tr("drawn between compiled plans"))
+    if taught:
+        return shown + " " + tr("The first section teaches that plan; from section 1 on, the page teaches the graph "
+                                "executor's step (jit_compile=False), whose formula XLA does not follow, and every "
+                                "number there is the walk's.")
+    return shown + " " + tr("This page teaches the graph executor's step (jit_compile=False), whose formula XLA does "
+                            "not follow (it fuses operations and plans its own buffers): every number below is the "
+                            "walk's.")
 
 
 # The Layers page's columns of XLA's kinds (calc.xla.peak.KINDS): the optimizer's temporaries go with XLA's other values.

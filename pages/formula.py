@@ -20,7 +20,7 @@ n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), fi
 terms = lesson.terms(n, inputs)
 presenting = inputs.present
 answer = xla_answer_for(inputs, gpu)
-xla = xla_lesson(answer, n.breakdown.activations_bytes, inputs)  # XLA's plan as terms, where it says what fills it
+xla = xla_lesson(answer, n.breakdown, inputs)  # XLA's plan as a lesson, where it says what fills its peak
 if presenting:
     st.html(presentation.CSS)
 st.title(tr("The formula, with your numbers"))
@@ -29,48 +29,55 @@ top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no si
 top[1].download_button(tr("Handout (HTML, printable)"),
                        lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs), xla=xla),
                        "memory-formula.html", "text/html", key="dl_handout")
-if not presenting:  # on a projector, the lesson alone
+
+if presenting:
+    # On a projector, the lesson of the sidebar's step alone (XLA's plan where it says what fills its peak):
+    # the controls, the sum so far and the newest term at the top, the earlier terms under them, so that
+    # nothing the presenter needs falls below the screen, whichever term is shown.
+    taught, peak = (list(xla.terms), xla.peak_bytes) if xla is not None else (terms, n.breakdown.peak_bytes)
+    shown = presentation.step(len(taught))
+    st.header(tr("XLA's plan, with your numbers") if xla is not None else tr("1. What this tool computes"))
+    st.latex(lesson.symbols_latex(taught))
+    presentation.buttons(len(taught))
+    st.latex(lesson.sum_latex(taught[:shown], peak if shown == len(taught) else None, inputs))
+    for term in reversed(taught[:shown]):
+        st.markdown(lesson.term_markdown(term, inputs))
+    if shown == len(taught):
+        if xla is not None:
+            st.markdown(xla.why)
+        else:
+            st.markdown(lesson.needed_markdown(n, inputs, gpu))
+            st.markdown(lesson.largest_markdown(n, inputs, gpu.name))
+    st.stop()
+
+if xla is None:
     st.caption(tr("Every number on this page comes from replaying one training step in the order TensorFlow's graph "
                   "executor runs it (`model.compile(..., jit_compile=False)`), tensor by tensor, and taking the "
-                  "moment when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a GPU) "
-                  "is planned by XLA itself; the Estimator shows that plan."))
-if not presenting and answer is not None:
-    st.info(lesson_line(answer, inputs, gpu))
-if xla is not None and not presenting:
-    xla_terms, xla_peak = xla
+                  "moment when the most memory is in use. XLA's step (`jit_compile=True`, Keras 3's default on a "
+                  "GPU) is planned by XLA itself; the Estimator shows that plan."))
+if answer is not None:
+    st.info(lesson_line(answer, inputs, gpu, taught=xla is not None))
+if xla is not None:
     st.header(tr("XLA's plan, with your numbers"))
     st.caption(tr("The step Keras runs on a GPU (jit_compile=True): XLA's own plan, split by what fills it at its "
                   "peak (the values XLA's buffer assignment holds then)."))
-    st.latex(lesson.symbols_latex(xla_terms))
-    for term in xla_terms:
+    st.latex(lesson.symbols_latex(list(xla.terms)))
+    for term in xla.terms:
         st.markdown(lesson.term_markdown(term, inputs))
-    st.latex(lesson.sum_latex(xla_terms, xla_peak, inputs))
-if inputs.num_gpus > 1 and not presenting:
+    st.latex(lesson.sum_latex(list(xla.terms), xla.peak_bytes, inputs))
+    st.subheader(tr("Why it differs from the walk"))
+    st.dataframe(pd.DataFrame(xla.versus), hide_index=True)
+    st.markdown(xla.why)
+if inputs.num_gpus > 1:
     st.info(lesson.per_gpu_note(n, inputs))
 
-shown = len(terms)
-if presenting:
-    shown = presentation.step(len(terms))
 st.header(tr("1. What this tool computes"))
 st.latex(lesson.symbols_latex(terms))
-total = n.breakdown.peak_bytes if shown == len(terms) else None
-if presenting:
-    # The controls, the sum so far and the newest term at the top, the earlier terms under them: on a
-    # projected page nothing the presenter needs falls below the screen, whichever term is shown.
-    presentation.buttons(len(terms))
-    st.latex(lesson.sum_latex(terms[:shown], total, inputs))
-    for term in reversed(terms[:shown]):
-        st.markdown(lesson.term_markdown(term, inputs))
-    if shown < len(terms):
-        st.stop()
-else:
-    for term in terms:
-        st.markdown(lesson.term_markdown(term, inputs))
-    st.latex(lesson.sum_latex(terms, total, inputs))
+for term in terms:
+    st.markdown(lesson.term_markdown(term, inputs))
+st.latex(lesson.sum_latex(terms, n.breakdown.peak_bytes, inputs))
 st.markdown(lesson.needed_markdown(n, inputs, gpu))
 st.markdown(lesson.largest_markdown(n, inputs, gpu.name))
-if presenting:
-    st.stop()
 
 st.header(tr("2. The rules of thumb people use, for the same configuration"))
 st.markdown(tr("Their symbols: **N**, every layer's output values per sample, summed (the Output Shape column of "

@@ -15,6 +15,7 @@ ensure_routed()
 charts.preload()
 st.title(tr("Where the memory goes, layer by layer"))
 inputs, profile = inputs_and_profile()
+xla_rows = []
 if (answer := xla_answer_for(inputs, gpu_of(inputs))) is not None:
     st.info(layers_line(answer, views.walk_peak_bytes(profile, inputs), inputs))
     if answer.plan is not None and (xla_rows := xla_layer_rows(answer.plan, inputs)):
@@ -22,6 +23,13 @@ if (answer := xla_answer_for(inputs, gpu_of(inputs))) is not None:
         st.caption(xla_layers_caption(answer.plan, inputs))
         st.dataframe(pd.DataFrame(xla_rows), hide_index=True)
         st.subheader(tr("The graph-executor walk, layer by layer"))
+if not xla_rows:  # the walk's peak is the number shown: its parts first
+    phase, peak_rows = views.walk_peak_rows(profile, inputs)
+    st.subheader(tr("The walk's peak, part by part"))
+    st.caption(tr("The graph executor's step peaks at {phase}; its parts sum to the peak. Below, the ledger of what "
+                  "each layer keeps for the backward pass, per sample.", phase=phase))
+    st.dataframe(pd.DataFrame(peak_rows), hide_index=True,
+                 column_config={tr("bytes"): st.column_config.NumberColumn(format="localized")})
 rows = views.layer_rows(profile, inputs)
 share = tr("share of kept")
 table = pd.DataFrame([r.__dict__ for r in rows]).rename(columns={

@@ -203,29 +203,39 @@ def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
     browser.close()
 
 
+WALK_LESSON = "formula?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&present=true"  # no plan known: the walk
+XLA_LESSON = "formula?present=true"  # the landing link: its shipped plan says what fills its peak
+
+
 @pytest.mark.parametrize("width,height", [(1920, 1080), (1280, 720)])
-def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(server, playwright, width, height):
-    """Projected at 1080p and 720p, every term: "Next term" and the term just revealed are on screen
-    without scrolling (the controls used to fall off from term 6 at 1080p, term 1 filled 720p)."""
+@pytest.mark.parametrize("link", [WALK_LESSON, XLA_LESSON], ids=["walk", "xla"])
+def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(server, playwright, width, height, link):
+    """Projected at 1080p and 720p, every term of the walk's lesson and of XLA's: "Next term" and the
+    term just revealed are on screen without scrolling (the controls used to fall off from term 6 at
+    1080p, term 1 filled 720p)."""
+    import re
+
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": width, "height": height})
-    page.goto(f"{server}/formula?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&present=true",
-              timeout=120_000)
-    page.get_by_text("Term 1 of 9").wait_for(timeout=180_000)
+    page.goto(f"{server}/{link}", timeout=120_000)
+    place = page.get_by_text(re.compile(r"^Term 1 of \d+$"))
+    place.wait_for(timeout=180_000)
+    count = int(place.inner_text().rsplit(" ", 1)[-1])
+    heading = "XLA's plan, with your numbers" if link == XLA_LESSON else "1. What this tool computes"
+    assert page.get_by_role("heading", name=heading).is_visible()
 
     def on_screen(locator) -> bool:
         box = locator.bounding_box()
         return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
 
-    names = ["W, weights", "S, optimizer state"]
-    for shown in range(1, 10):
-        page.get_by_text(f"Term {shown} of 9").wait_for(timeout=60_000)
-        button = page.get_by_role("button", name="Next term" if shown < 9 else "Previous")
+    for shown in range(1, count + 1):
+        page.get_by_text(f"Term {shown} of {count}").wait_for(timeout=60_000)
+        button = page.get_by_role("button", name="Next term" if shown < count else "Previous")
         assert on_screen(button), f"term {shown}: the controls are off the screen"
         newest = page.locator('[data-testid="stMarkdownContainer"] li').first  # the newest term comes first
         assert on_screen(newest), f"term {shown} is off the screen"
-        if shown <= len(names):
-            assert names[shown - 1] in newest.inner_text()
-        if shown < 9:
+        if shown == 1:
+            assert "W, weights" in newest.inner_text()  # both lessons start from the weights
+        if shown < count:
             button.click()
     browser.close()

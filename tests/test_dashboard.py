@@ -213,7 +213,7 @@ def test_validation_page_shows_the_own_model_and_gpu_slices_with_and_without_xla
 
 def test_layers_table_shares_sum_to_one():
     at = app(page="pages/layers.py")
-    df = at.dataframe[0].value
+    df = at.dataframe[1].value  # after the walk's peak by part
     assert abs(df["share of kept"].sum() - 1) < 1e-9
     assert (df["bytes kept per sample"] >= 0).all()
 
@@ -768,11 +768,71 @@ def test_the_formula_page_teaches_xla_s_plan_term_by_term_adding_up_to_its_peak(
     answer = xla_answer(xla.known_plans(spec, config, "t4"), config.per_replica_batch,
                         plan_budget(GPU_PRESETS["t4"], 0.05))
     html = lesson.handout_html(n, inputs, lesson.terms(n, inputs), "Tesla T4",
-                               xla=xla_lesson(answer, n.breakdown.activations_bytes, inputs))
+                               xla=xla_lesson(answer, n.breakdown, inputs))
     assert "<h2>3. XLA&#x27;s plan, with your numbers</h2>" in html and "section 3 is XLA" in html
-    assert f"<b>{fmt(plan.peak_bytes, inputs, 3)}</b></td></tr></table></html>" in html
+    assert f"<b>{fmt(plan.peak_bytes, inputs, 3)}</b></td></tr></table><h3>" in html
+    assert "<h3>Why it differs from the walk</h3>" in html
     graph = app({**SMALL, "step": "graph"}, page="pages/formula.py")
     assert not any(h.value == "XLA's plan, with your numbers" for h in graph.header)
+
+
+def test_each_step_shows_one_peak_on_the_bar_the_layers_page_and_the_formula():
+    """The graph step: the walk's peak everywhere; the XLA step with a plan that says what fills it:
+    the plan's peak everywhere, and the walk beside it part by part."""
+    from dashboard.views import fmt
+
+    profile, config, gpu, _ = engine_max_batch()
+    walk = estimate_memory(profile, config)
+    graph = {**SMALL, "step": "graph"}
+    bar = sum(t["y"][0] for t in bar_chart(app(graph))["data"])
+    assert bar == pytest.approx((walk.peak_bytes + gpu.overhead_bytes) / GIB, abs=1e-9)
+    layers = app(graph, page="pages/layers.py")
+    assert any(c.value.startswith(f"The graph executor's step peaks at {walk.peak_phase};") for c in layers.caption)
+    parts = layers.dataframe[0].value
+    assert list(parts["component"])[-1] == "Predicted peak (graph executor)"
+    assert list(parts["bytes"])[-1] == walk.peak_bytes == sum(list(parts["bytes"])[:-1])
+    formula = app(graph, page="pages/formula.py")
+    assert _latex_terms(formula)[-1] == round(walk.peak_bytes / GIB, 3)
+    assert not any(h.value == "Why it differs from the walk" for h in formula.subheader)
+
+    raw = plan_analysis(16)
+    activations, gradients = raw["temp_bytes"] // 2, raw["temp_bytes"] // 8
+    plan = put_plan(explained(raw, activations=activations, gradients=gradients))
+    bar = sum(t["y"][0] for t in bar_chart(app())["data"])
+    assert bar == pytest.approx((plan.peak_bytes + gpu.overhead_bytes) / GIB, abs=1e-9)
+    totals = app(page="pages/layers.py").dataframe[0].value["total (GiB)"]
+    assert sum(totals) == pytest.approx(plan.peak_bytes / GIB, abs=1e-3)
+    formula = app(page="pages/formula.py")
+    assert _latex_terms(formula)[-1] == round(plan.peak_bytes / GIB, 3)  # XLA's section comes first
+    versus = formula.dataframe[0].value
+    rows = {part: (w, x, d) for part, w, x, d in zip(versus["part"], versus["graph-executor walk"],
+                                                      versus["XLA's plan"], versus["XLA − walk"])}
+    inputs = Inputs()
+    assert rows["peak"][:2] == (fmt(walk.peak_bytes, inputs, 3), fmt(plan.peak_bytes, inputs, 3))
+    assert rows["activations"] == (fmt(walk.activations_bytes, inputs, 3), fmt(activations, inputs, 3),
+                                   "−" + fmt(walk.activations_bytes - activations, inputs, 3))
+    assert rows["gradients, and the backward's temporaries"][:2] == (
+        fmt(walk.gradients_bytes + walk.backward_transient_bytes, inputs, 3), fmt(gradients, inputs, 3))
+    assert "cuDNN and cuBLAS workspace" not in rows  # neither holds any
+    why = next(m.value for m in formula.markdown if m.value.startswith("XLA's plan ("))
+    assert f"the walk keeps {fmt(walk.activations_bytes, inputs, 3)} of activations" in why
+    assert f"{fmt(walk.activations_bytes - activations, inputs, 3)} fewer" in why
+
+
+def test_presentation_mode_teaches_the_step_the_sidebar_chose():
+    raw = plan_analysis(16)
+    plan = put_plan(explained(raw, activations=raw["temp_bytes"] // 2, gradients=raw["temp_bytes"] // 8))
+    kinds = [k for k, v in plan.breakdown().items() if v]
+    at = app({**SMALL, "present": "true"}, page="pages/formula.py")
+    assert [h.value for h in at.header] == ["XLA's plan, with your numbers"]
+    assert any(c.value == f"Term 1 of {len(kinds)}" for c in at.caption)
+    at.button(key="present_all").click().run()
+    assert any(c.value == f"Term {len(kinds)} of {len(kinds)}" for c in at.caption)
+    assert _latex_terms(at)[-1] == round(plan.peak_bytes / GIB, 3)
+    assert any(m.value.startswith("XLA's plan (") for m in at.markdown)
+    graph = app({**SMALL, "step": "graph", "present": "true"}, page="pages/formula.py")
+    assert [h.value for h in graph.header] == ["1. What this tool computes"]
+    assert any(c.value == "Term 1 of 9" for c in graph.caption)
 
 
 def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
