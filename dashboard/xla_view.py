@@ -275,8 +275,8 @@ def why_less_than_the_walk(plan: XlaPlan, walk: MemoryBreakdown, inputs: Inputs)
     state = (walk.weights_bytes + walk.optimizer_state_bytes + walk.input_batch_bytes
              - sum(kinds.get(k, 0) for k in ("weights", "optimizer_state", "input_batch")))
     same = tr("The weights, the optimizer state and the batch are the same values in both steps; the walk counts "
-              "them {state} larger, by TensorFlow's allocator rounding (term C below), which XLA's buffers do not "
-              "have.", state=fmt(state, inputs, 3)) if state > 0 else ""
+              "them {state} larger, by TensorFlow's allocator rounding (term C of the walk's formula), which XLA's "
+              "buffers do not have.", state=fmt(state, inputs, 3)) if state > 0 else ""
     extra = tr("XLA adds {added} the walk does not name (kernel workspace, copies in another layout, its own "
                "values), and its heap packs the rest into {packing} of gaps.", added=fmt(added, inputs, 3),
                packing=fmt(kinds.get("packing", 0), inputs, 3))
