@@ -1,4 +1,4 @@
-"""Plain-dict (JSON) forms of ``ModelSpec`` (or ``ModelFile``) and ``TrainingConfig``.
+"""Plain-dict (JSON) forms of ``ModelSpec`` (or ``ModelFile``, ``HubSpec``) and ``TrainingConfig``.
 
 Used by the measurement subprocess, the validation data and the command line, so that
 one dictionary describes one case everywhere.
@@ -10,11 +10,23 @@ from dataclasses import asdict
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec, make_spec
+from calc.hub import HubSpec, make_hub_spec
 from calc.types import OptimizerOptions, TrainingConfig
 
 
-def spec_to_dict(spec: ModelSpec | ModelFile) -> dict[str, Any]:
+def spec_to_dict(spec: ModelSpec | ModelFile | HubSpec) -> dict[str, Any]:
+    if isinstance(spec, HubSpec):
+        return {"hub": asdict(spec)}
     return {"file": spec.path} if isinstance(spec, ModelFile) else asdict(spec)
+
+
+def plan_spec_from_dict(data: dict[str, Any]) -> ModelSpec | ModelFile | HubSpec:
+    """A spec XLA's plan takes: a KerasHub model's too (``spec_from_dict`` for the others)."""
+    if "hub" in data:
+        hub = data["hub"]
+        return make_hub_spec(str(hub["preset"]), int(hub["sequence_length"]) or None, int(hub["lora_rank"]),
+                             str(hub["dtype"]), int(hub["classes"]))
+    return spec_from_dict(data)
 
 
 def spec_from_dict(data: dict[str, Any]) -> ModelSpec | ModelFile:

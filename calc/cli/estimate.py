@@ -9,7 +9,9 @@ from typing import Any
 from calc.catalogue import ModelFile, ModelSpec
 from calc.gpus import GpuPreset
 from calc.types import Device, TrainingConfig
-from calc.cli.options import GIB, gpu_from_args, print_out, profile_and_config, spec_and_config
+from calc.cli.options import (GIB, gpu_from_args, hub_spec_and_config, is_hub, print_out, profile_and_config,
+                              spec_and_config)
+from calc.hub import HubSpec
 
 def _caveat_notes(caveats: dict[str, int], device: Device = Device.CPU) -> list[str]:
     """One note per caveat kind (``calc.caveats``), each followed by its measured record when
@@ -49,9 +51,11 @@ def _step(args: argparse.Namespace) -> str:
     return step
 
 
-def _plan_spec(args: argparse.Namespace) -> ModelSpec | ModelFile:
+def _plan_spec(args: argparse.Namespace) -> ModelSpec | ModelFile | HubSpec:
     import os
 
+    if is_hub(args):
+        return hub_spec_and_config(args)[0]
     return ModelFile(os.path.abspath(args.file)) if args.file else spec_and_config(args)[0]
 
 
@@ -82,6 +86,8 @@ def _xla_plan_or_reason(args: argparse.Namespace, config: TrainingConfig, gpu: G
 def cmd_estimate(args: argparse.Namespace) -> int:
     from calc.estimate import estimate_memory, fit_on_gpu, spread_caveats
 
+    if is_hub(args):
+        return _estimate_hub(args)
     name, profile, config = profile_and_config(args)
     gpu = gpu_from_args(args)
     step = _step(args)
@@ -131,7 +137,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, plan) -> int:
+def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, plan, *,
+                hub: dict[str, Any] | None = None, notes: list[str] | None = None) -> int:
     from calc.xla import plan_budget
 
     budget = plan_budget(gpu, args.margin)
@@ -162,9 +169,14 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     how = ("compiled" if plan.compiled else
            f"drawn on the line through the plans compiled at batches {plan.drawn_through[0]} and "
            f"{plan.drawn_through[1]}; --compile compiles this batch's own")
-    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {config.precision.value}  "
-             f"{config.train_mode.value}  (XLA's plan of the step Keras compiles on {gpu.name}, jit_compile=True"
+    precision, mode = config.precision.value, config.train_mode.value
+    if hub is not None:  # a KerasHub model's policy and LoRA are its own
+        precision, mode = hub["dtype"], "lora" if hub["lora_rank"] else mode
+        out.update(precision=precision, train_mode=mode, hub=hub)
+    lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {precision}  "
+             f"{mode}  (XLA's plan of the step Keras compiles on {gpu.name}, jit_compile=True"
              f"{', RematScope ' + plan.remat if plan.remat else ''})"]
+    lines += notes or []
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in plan.components().items()]
     lines.append(f"  {'planned peak':20s} {plan.peak_bytes / GIB:10.3f} GiB  ({plan.peak_bytes:,} bytes, {how}; "
                  f"{plan.versions}, XLA autotuning off)")
@@ -181,9 +193,50 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     return 0
 
 
+def _hub_setup(args: argparse.Namespace) -> tuple[HubSpec, TrainingConfig, GpuPreset]:
+    """A KerasHub model's spec, config and card: XLA's plan is its only answer."""
+    if args.step == "graph":
+        raise ValueError("the graph-executor walk covers Keras applications; a KerasHub model is answered by "
+                         "XLA's plan (--step xla).")
+    spec, config = hub_spec_and_config(args)
+    gpu = gpu_from_args(args)
+    if gpu is None:
+        raise ValueError("a KerasHub model is answered by XLA's plan, which compiles for a card: add --gpu PRESET.")
+    return spec, config, gpu
+
+
+def _estimate_hub(args: argparse.Namespace) -> int:
+    from calc.facts.optimizers import slots_per_variable
+    from calc.hub import lora_parameters
+
+    spec, config, gpu = _hub_setup(args)
+    plan, reason = _xla_plan_or_reason(args, config, gpu)
+    if plan is None:
+        raise ValueError(f"the XLA plan is unavailable: {reason}")
+    model = spec.model
+    lora = lora_parameters(model, spec.lora_rank) if spec.lora_rank else None
+    setup = {"preset": spec.preset, "task": model.task, "params": model.params, "sequence_length": spec.sequence_length,
+             "lora_rank": spec.lora_rank or None, "lora_params": lora, "dtype": spec.dtype,
+             "classes": spec.classes if model.task != "causal_lm" else None,
+             "optimizer_slots": slots_per_variable(config.optimizer, config.optimizer_options, 1)}
+    notes = [f"  {model.preset}: {model.params:,} parameters ({model.description}); "
+             + (f"{spec.sequence_length} tokens per example; " if model.text else "")
+             + (f"LoRA rank {spec.lora_rank} on every layer's query and value: {lora:,} trainable parameters, "
+                f"float32; the rest frozen in {spec.dtype}" if lora is not None else
+                f"every weight trained, in {spec.dtype}")]
+    return _print_plan(args, spec.key, config, gpu, plan, hub=setup, notes=notes)
+
+
 def cmd_max_batch(args: argparse.Namespace) -> int:
     from calc.estimate import max_batch_size
 
+    if is_hub(args):
+        spec, hub_config, card = _hub_setup(args)
+        found: dict[str, Any] = {"model": spec.key, "step": "xla", "gpu": card.key, "gpu_memory_bytes": card.memory_bytes,
+                                 "framework_overhead_bytes": card.overhead_bytes, "safety_margin": args.margin}
+        if not _print_max_batch_xla(args, spec.key, hub_config, card, 0, found):
+            raise ValueError(f"the XLA plan is unavailable: {found['xla_unavailable']}")
+        return 0
     gpu = gpu_from_args(args)
     if gpu is None:
         raise ValueError("max-batch needs --gpu PRESET or --memory-gib N.")
@@ -211,11 +264,13 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
         found = plan_max_batch(_plan_spec(args), config, gpu.key, budget.plan_bytes, max(1, walk // config.num_gpus),
                                "" if args.remat == "none" else args.remat)
     except PlanError as exc:
-        print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead", file=sys.stderr)
+        if walk:  # a KerasHub model has no walk: its caller says the plan is unavailable
+            print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead",
+                  file=sys.stderr)
         out["xla_unavailable"] = str(exc)
         return False
     best = found.max_batch * config.num_gpus
-    out.update(step="xla", max_batch_size=best, graph_max_batch_size=walk, compiles=found.compiles,
+    out.update(step="xla", max_batch_size=best, graph_max_batch_size=walk or None, compiles=found.compiles,
                known_before=found.known, settled=True, exceeds=found.exceeds, margin=budget.margin,
                compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= budget.plan_bytes}
                          for b, n in found.compiled])
@@ -231,7 +286,8 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
     print_out(out, args.json, [
         f"{name} on {gpu.name} (margin {budget.margin:.1%}), XLA's plan (jit_compile=True): largest batch {best}; "
         f"{edge} ({budget.plan_bytes / GIB:.2f} GiB for the plan after the framework overhead); {how}; found by "
-        f"searching XLA's plans from the line through known plans (the graph-executor walk says {walk})"])
+        f"searching XLA's plans from the line through known plans"
+        + (f" (the graph-executor walk says {walk})" if walk else "")])
     return True
 
 

@@ -64,6 +64,15 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    if args.hub:
+        from calc.hub import hub_models
+
+        hub = [{"preset": m.preset, "family": m.family, "task": m.task, "params": m.params,
+                "description": m.description, "architecture_source": m.architecture_source}
+               for m in hub_models().values()]
+        print_out({"hub_models": hub}, args.json,
+                  [f"{m['preset']:32s} {m['family']:10s} {m['task']:17s} {m['params']:>15,} parameters" for m in hub])
+        return 0
     rows = [{"name": e.name, "family": e.family, "default_size": e.default_size, "min_size": e.min_size}
             for e in CATALOGUE.values()]
     print_out({"models": rows}, args.json,
@@ -98,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(p)
     add_gpu_options(p)
     p.set_defaults(func=cmd_max_batch)
-    p = sub.add_parser("models", help="the Keras applications catalogue")
+    p = sub.add_parser("models", help="the Keras applications catalogue (--hub: the KerasHub presets)")
+    p.add_argument("--hub", action="store_true", help="the KerasHub presets, planned by XLA (--model PRESET)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("gpus", help="GPU presets")

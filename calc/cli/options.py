@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from calc.catalogue import ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
+from calc.hub import HubSpec, make_hub_spec
 from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from calc.xla import REMAT_MODES
 
@@ -66,13 +67,15 @@ def seconds(text: str) -> float:
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="a Keras application, e.g. ResNet50 (see `models`)")
+    p.add_argument("--model", help="a Keras application, e.g. ResNet50, or a KerasHub preset, e.g. gemma2_2b_en "
+                                   "(see `models` and `models --hub`)")
     p.add_argument("--file", help="your own saved model (.keras or .h5), read with Keras safe mode instead of --model")
     p.add_argument("--image-size", type=positive, help="square side in pixels (default: the model's own)")
     p.add_argument("--height", type=positive)
     p.add_argument("--width", type=positive)
     p.add_argument("--channels", type=positive, default=3)
-    p.add_argument("--classes", type=positive, default=1000)
+    p.add_argument("--classes", type=positive, help="the classifier's outputs (default: 1000; a KerasHub "
+                                                     "classifier's: 2)")
     p.add_argument("--no-top", action="store_true", help="backbone + global pooling + new Dense head")
     p.add_argument("--batch-size", type=positive, default=32, help="global batch of one training step")
     p.add_argument("--optimizer", type=str.lower, choices=[o.value for o in Optimizer], default="adam",
@@ -92,6 +95,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-accum", "--gradient-accumulation-steps", dest="grad_accum", type=positive, default=1,
                    help="gradient_accumulation_steps")
     p.add_argument("--gpus", "--num-gpus", dest="gpus", type=positive, default=1, help="data-parallel replicas")
+    p.add_argument("--seq-len", "--sequence-length", dest="seq_len", type=positive,
+                   help="a KerasHub text model's tokens per example (default 512)")
+    p.add_argument("--lora-rank", type=positive, help="a KerasHub model's backbone.enable_lora(rank): only LoRA's "
+                                                     "weights train")
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "mixed_bfloat16", "mixed_float16"],
+                   help="the dtype policy a KerasHub model is built under (default: bfloat16 for a causal LM, as "
+                        "Keras's LoRA guides load Gemma; float32 otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -184,9 +194,32 @@ def spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig
         width=args.width,
         channels=args.channels,
         include_top=not (args.no_top or args.frozen_backbone),
-        classes=args.classes,
+        classes=args.classes or 1000,
     )
     return spec, config
+
+
+def hub_spec_and_config(args: argparse.Namespace) -> tuple[HubSpec, TrainingConfig]:
+    """A KerasHub preset's setup from --model, --seq-len, --lora-rank, --dtype and --classes."""
+    given = [f"--{n.replace('_', '-')}" for n in ("file", "image_size", "height", "width", "no_top", "last_n")
+             if getattr(args, n)]
+    if given:
+        raise ValueError(f"a KerasHub model is set up by --seq-len, --lora-rank, --dtype, --classes and "
+                         f"--frozen-backbone; drop {', '.join(given)}.")
+    spec = make_hub_spec(args.model, args.seq_len, args.lora_rank or 0, args.dtype, args.classes or 2)
+    return spec, config_from_args(args)
+
+
+def is_hub(args: argparse.Namespace) -> bool:
+    """Whether --model names a KerasHub preset; its options without one are an error."""
+    from calc.hub import is_hub_model
+
+    if args.model and is_hub_model(args.model):
+        return True
+    given = [f"--{n.replace('_', '-')}" for n in ("seq_len", "lora_rank", "dtype") if getattr(args, n, None)]
+    if given:
+        raise ValueError(f"{', '.join(given)} set up a KerasHub model (`python -m calc models --hub`).")
+    return False
 
 
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:

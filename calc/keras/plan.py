@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
+from calc.hub import HubSpec
 from calc.keras.step import batch_shapes, compiled_training_model
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import TrainingConfig
@@ -52,6 +53,19 @@ def _static_remat_options() -> None:
     core.remat = remat
 
 
+def fresh_session(remat: str | None) -> float:
+    """Keras on JAX with nothing built yet (the remat patch where a mode is asked for); when it started."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise RuntimeError("the XLA plan needs KERAS_BACKEND=jax")
+    started = time.perf_counter()
+    keras.backend.clear_session()
+    if remat:
+        _static_remat_options()
+    return started
+
+
 class PlanModel:
     """One model built as ``config`` trains it (the batch aside), ready to plan at any batch and card.
 
@@ -61,16 +75,9 @@ class PlanModel:
     """
 
     def __init__(self, spec: ModelSpec | ModelFile, config: TrainingConfig, remat: str | None = None) -> None:
-        import jax
-        import keras
         import numpy as np
 
-        if keras.backend.backend() != "jax":
-            raise RuntimeError("the XLA plan needs KERAS_BACKEND=jax")
-        started = time.perf_counter()
-        keras.backend.clear_session()
-        if remat:
-            _static_remat_options()
+        started = fresh_session(remat)
         model = compiled_training_model(spec, config, remat=remat)
         x_shape, x_dtype, y_shape, _ = batch_shapes(model, 1)
         # Keras builds the optimizer and the metrics from one small batch; the plan's batch is abstract.
@@ -91,22 +98,28 @@ class PlanModel:
         self._state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
                                            optimizer_variables=True, metrics_variables=True,
                                            purge_model_variables=False)
+        self._shape_x, self._dtype_x, self._shape_y = x_shape[1:], x_dtype, y_shape[1:]
+        self._keep(model, groups, lambda path: path.split("/")[0])
+        self.build_seconds = round(time.perf_counter() - started, 2)
+
+    def _keep(self, model: Any, groups: tuple[Any, ...], layer_of: Any) -> None:
+        """Keeps the built ``model``'s step and what names its values: the state ``groups``' bytes,
+        each state variable's layer (``layer_of`` its path), the layers that hold no layers, and the
+        optimizer's name scopes (a loss-scale wrapper's too), which ``calc.xla.peak`` reads."""
+        import jax
+
         self._model = model
         self._step = jax.jit(model.train_step, donate_argnums=0)
         self._meshes: dict[str, Any] = {}
-        self._shape_x, self._dtype_x, self._shape_y = x_shape[1:], x_dtype, y_shape[1:]
         self.group_bytes = tuple(_nbytes(g) for g in groups)
-        # What names the values of the compiled step (calc.xla.peak): each state variable's layer,
-        # the layers that hold no layers, and the optimizer's name scopes (a loss-scale wrapper's too).
         labels = ("", "", "(optimizer state)", "(metrics)")
-        self.state_layers = {(g, i): (v.path.split("/")[0] if labels[g] == "" else labels[g])
+        self.state_layers = {(g, i): (layer_of(v.path) if labels[g] == "" else labels[g])
                              for g, group in enumerate(groups) for i, v in enumerate(group)}
         self.leaf_layers = frozenset(layer.name for layer in model._flatten_layers(include_self=False, recursive=True)
                                      if not list(layer._flatten_layers(include_self=False, recursive=False)))
         optimizer = model.optimizer
         self.optimizer_scopes = frozenset(filter(None, (optimizer.name, getattr(getattr(optimizer, "inner_optimizer",
                                                                                         None), "name", None))))
-        self.build_seconds = round(time.perf_counter() - started, 2)
 
     def _sharding(self, target_config: str) -> Any:
         """A sharding on one device of the target card (one compile-only topology per card)."""
@@ -117,6 +130,15 @@ class PlanModel:
             topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
             self._meshes[target_config] = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
         return self._meshes[target_config]
+
+    def batch(self, batch: int, sharding: Any) -> Any:
+        """One batch of the step, abstract: (images, labels, no sample weights)."""
+        import jax
+
+        # Labels reach the step as int32 (JAX without x64 converts int64 numpy arrays).
+        return (jax.ShapeDtypeStruct((batch, *self._shape_x), "int32" if "int" in self._dtype_x else self._dtype_x,
+                                     sharding=sharding),
+                jax.ShapeDtypeStruct((batch, *self._shape_y), "int32", sharding=sharding), None)
 
     def plan(self, batch: int, target_config: str) -> dict[str, Any]:
         """XLA's memory analysis of the step at ``batch`` for the card ``target_config`` describes.
@@ -135,10 +157,7 @@ class PlanModel:
         def abstract(v: Any) -> Any:
             return jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
 
-        # Labels reach the step as int32 (JAX without x64 converts int64 numpy arrays).
-        data = (jax.ShapeDtypeStruct((batch, *self._shape_x), "int32" if "int" in self._dtype_x else self._dtype_x,
-                                     sharding=sharding),
-                jax.ShapeDtypeStruct((batch, *self._shape_y), "int32", sharding=sharding), None)
+        data = self.batch(batch, sharding)
         lowered = self._step.lower(jax.tree.map(abstract, self._state), data)
         traced = time.perf_counter()
         memory = lowered.compile().memory_analysis()
@@ -206,7 +225,7 @@ def _nbytes(values: Any) -> int:
 _WARM: dict[str, PlanModel] = {}  # the last model planned in this process, by its family
 
 
-def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_config: str,
+def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, target_config: str,
                     remat: str | None = None, family: str | None = None) -> dict[str, Any]:
     """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
 
@@ -229,5 +248,10 @@ def plan_in_process(spec: ModelSpec | ModelFile, config: TrainingConfig, target_
         _WARM.clear()
         jax.clear_caches()
         gc.collect()
-        model = _WARM[family] = PlanModel(spec, config, remat)
+        if isinstance(spec, HubSpec):
+            from calc.keras.hub import HubPlanModel
+
+            model = _WARM[family] = HubPlanModel(spec, config, remat)
+        else:
+            model = _WARM[family] = PlanModel(spec, config, remat)
     return {**model.plan(config.per_replica_batch, target_config), "warm": warm}

@@ -24,7 +24,7 @@ from calc.keras.build import profile_catalogue_model, profile_model_file
 from calc.keras.plan import plan_in_process
 from calc.keras.step import measure_in_process
 from calc.profile_json import profile_to_dict
-from calc.requests import config_from_dict, spec_from_dict
+from calc.requests import config_from_dict, plan_spec_from_dict, spec_from_dict
 from calc.workers.protocol import DIE_WITH_ENV, NICE_ENV, answer_line, refusal_line
 
 
@@ -55,7 +55,7 @@ def _plan(request: dict[str, Any]) -> dict[str, Any]:
     # The model is kept across requests that differ only in the batch or the card.
     family = json.dumps([request["spec"], {**request["config"], "batch_size": 0}, request.get("remat")],
                         sort_keys=True)
-    return plan_in_process(spec_from_dict(request["spec"]), config_from_dict(request["config"]),
+    return plan_in_process(plan_spec_from_dict(request["spec"]), config_from_dict(request["config"]),
                            request["target_config"], request.get("remat"), family=family)
 
 

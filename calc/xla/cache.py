@@ -25,6 +25,7 @@ from typing import Any
 
 from calc.disk_cache import read_entry, write_entry
 from calc.catalogue import ModelFile, ModelSpec
+from calc.hub import HubSpec
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import TrainingConfig
 from calc.xla.plan import REMAT_MODES, PlanError
@@ -74,7 +75,7 @@ def _installed(name: str) -> bool:
         return False
 
 
-def plan_request(spec: ModelSpec | ModelFile, config: TrainingConfig, target: GpuTarget,
+def plan_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, target: GpuTarget,
                  remat: str = "") -> dict[str, Any]:
     """The child's request: everything that decides the plan."""
     if remat and remat not in REMAT_MODES:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import calc.xla.cache as cache
 from calc.catalogue import ModelFile, ModelSpec
+from calc.hub import HubSpec
 from calc.types import TrainingConfig
 from calc.xla.curve import PlanCurve, compiled_point
 from calc.xla.plan import TIMEOUT_S, PlanError, XlaPlan, drawn_plan, plan_from_analysis
@@ -64,7 +65,7 @@ def _machine_lock(timeout_s: float) -> Any | None:
             time.sleep(0.2)
 
 
-def family_request(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str,
+def family_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str,
                    remat: str = "") -> tuple[dict[str, Any], str]:
     """(the child's request at the config's one-device batch, its family's cache key).
 
@@ -116,7 +117,7 @@ def compile_request(request: dict[str, Any], key: str, *, timeout_s: float = TIM
     return raw
 
 
-def compute_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "", *,
+def compute_plan(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "", *,
                  timeout_s: float = TIMEOUT_S, wait_s: float = 2 * TIMEOUT_S,
                  runner: Callable[[dict[str, Any]], dict[str, Any]] | None = None, explained: bool = False) -> XlaPlan:
     """XLA's plan of one training step for a GPU preset, from the cache or compiled once.
@@ -142,7 +143,7 @@ def compute_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: s
     return plan_from_analysis(raw, target_for(gpu_key).key, remat)
 
 
-def cached_plan(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> XlaPlan | None:
+def cached_plan(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> XlaPlan | None:
     """The plan if it is already known (shipped or on disk), without compiling; None otherwise."""
     try:
         request, key = family_request(spec, config, gpu_key, remat)
@@ -171,7 +172,7 @@ class KnownPlans:
         return drawn_plan(self.plans[a], a, self.plans[b], b, batch, point.peak_bytes)
 
 
-def known_plans(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> KnownPlans:
+def known_plans(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> KnownPlans:
     """Every plan known for this configuration at any batch (shipped or on disk); never compiles.
 
     Empty where no plan can be made here (no XLA, no target).
@@ -187,7 +188,7 @@ def known_plans(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: st
                                           target.device_memory_size))
 
 
-def known_curve(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> PlanCurve:
+def known_curve(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> PlanCurve:
     """Every plan known for this configuration at any batch (shipped or on disk), as a curve; never compiles.
 
     Empty where no plan can be made here (no XLA, no target).

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from calc.catalogue import ModelFile, ModelSpec
+from calc.hub import HubSpec
 from calc.types import TrainingConfig
 from calc.xla.compute import compute_plan, known_curve
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
@@ -60,7 +61,7 @@ def max_batch_xla(needed: Callable[[int], int], usable_bytes: int, start: int, *
     return XlaMaxBatch(answer.batch, tuple(sorted((p.batch, p.peak_bytes) for p in compiled)), 0, answer.exceeds)
 
 
-def plan_max_batch(spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, usable_bytes: int,
+def plan_max_batch(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int,
                    start: int, remat: str = "", **kwargs: Any) -> XlaMaxBatch:
     """The largest per-device batch whose plan fits ``usable_bytes``, from the plans known of this
     configuration on this card and as few compiles more as the search needs."""

@@ -1,0 +1,145 @@
+"""KerasHub models: the presets' figures, their setups, and XLA's plan of their train step."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from calc import xla
+from calc.xla.compute import compile_request
+from calc.hub import (HubSpec, hub_models, lora_parameters, lora_trainable_bytes, make_hub_spec,
+                      optimizer_state_bytes)
+from calc.requests import plan_spec_from_dict, spec_to_dict
+from calc.types import TrainingConfig
+
+needs_plan = pytest.mark.skipif(xla.unavailable_reason() is not None,
+                                reason=f"no XLA plan here: {xla.unavailable_reason()}")
+
+
+def test_every_preset_names_its_sources_and_a_known_task():
+    models = hub_models()
+    assert len(models) >= 20
+    families = {m.family for m in models.values()}
+    assert {"Gemma", "Gemma3", "Llama3", "Mistral", "Qwen", "Phi3", "GPT2", "Bert", "Roberta", "DebertaV3",
+            "ViT"} <= families
+    for m in models.values():
+        assert m.architecture_source.startswith("https://") and m.params_source.startswith("keras-hub ")
+        assert m.task in ("causal_lm", "text_classifier", "image_classifier") and m.params > 0
+
+
+def test_a_setup_is_checked_before_anything_is_built():
+    assert make_hub_spec("gemma2_2b_en") == HubSpec("gemma2_2b_en", 512, 0, "bfloat16", 2)
+    assert make_hub_spec("bert_base_en_uncased").dtype == "float32"
+    assert make_hub_spec("vit_base_patch16_224_imagenet").sequence_length == 0
+    for bad, words in [(dict(preset="gemma_3b"), "unknown KerasHub preset"),
+                       (dict(preset="gpt2_base_en", sequence_length=2048), "1 to 1,024 tokens"),
+                       (dict(preset="vit_base_patch16_224_imagenet", sequence_length=128), "image model"),
+                       (dict(preset="gemma_2b_en", dtype="int8"), "dtype policy"),
+                       (dict(preset="gemma_2b_en", lora_rank=5000), "LoRA rank"),
+                       (dict(preset="bert_base_en_uncased", classes=10**7), "classes")]:
+        with pytest.raises(ValueError, match=words):
+            make_hub_spec(**bad)
+
+
+def test_a_setup_travels_to_the_child_and_back():
+    spec = make_hub_spec("llama3.2_1b", 1024, 8)
+    assert plan_spec_from_dict(json.loads(json.dumps(spec_to_dict(spec)))) == spec
+    assert spec.key == "llama3.2_1b-seq1024-lora8-bfloat16"
+
+
+def test_lora_adds_an_a_and_a_b_per_query_and_value_kernel_by_hand():
+    # Gemma 2B: 18 layers, hidden 2048, 8 query heads and 1 key-value head of 256. The query kernel
+    # (8, 2048, 256) gains A (8, 2048, 4) and B (4, 256); the value kernel (1, 2048, 256) A (1, 2048, 4)
+    # and B (4, 256).
+    by_hand = 18 * ((8 * 2048 * 4 + 4 * 256) + (1 * 2048 * 4 + 4 * 256))
+    assert lora_parameters(hub_models()["gemma_2b_en"], 4) == by_hand == 1_363_968
+    # BERT base: 12 layers of 12 heads of 64 over 768; query and value kernels (768, 12, 64), whose
+    # biases (12, 64) train too.
+    assert lora_parameters(hub_models()["bert_base_en_uncased"], 8) == 12 * 2 * (768 * 12 * 8 + 8 * 64 + 768)
+    spec = make_hub_spec("gemma_2b_en", lora_rank=4)
+    assert lora_trainable_bytes(spec) == 4 * by_hand  # LoRA's kernels are float32 under bfloat16
+    assert optimizer_state_bytes(4 * by_hand, 2) == 2 * 4 * by_hand + 4 + 4  # two slots, iteration, rate
+
+
+def _in_a_plan_child(code: str) -> dict:
+    from calc.workers.plans import plan_env
+
+    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_plan
+@pytest.mark.keras
+def test_every_preset_is_built_without_its_weights_to_its_published_parameter_count():
+    """26 presets, 73 billion parameters in all, built in one process that stays near a gigabyte:
+    no weight is made, and each model has exactly the parameters keras-hub publishes for it."""
+    answer = _in_a_plan_child(
+        "import json, resource\n"
+        "from calc.hub import hub_models\n"
+        "from calc.keras.hub import backbone_parameters\n"
+        "from calc.keras.hub import lora_trainable_parameters\n"
+        "counts = {p: backbone_parameters(m) for p, m in hub_models().items()}\n"
+        "lora = {p: lora_trainable_parameters(m, 4) for p, m in hub_models().items()}\n"
+        "print(json.dumps({'counts': counts, 'lora': lora,\n"
+        "                  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
+    assert answer["counts"] == {p: m.params for p, m in hub_models().items()}
+    # LoRA's trainable parameters are what its shapes imply, for every family the formula describes.
+    described = {p: lora_parameters(m, 4) for p, m in hub_models().items() if lora_parameters(m, 4) is not None}
+    assert len(described) >= 20 and described == {p: answer["lora"][p] for p in described}
+    assert sum(answer["counts"].values()) > 70e9 and answer["rss"] < 3 * 2**30
+
+
+@needs_plan
+@pytest.mark.keras
+def test_a_lora_plan_holds_what_the_parameter_count_implies_to_the_byte(tmp_path, monkeypatch, capsys):
+    """GPT-2 base with LoRA rank 4 at 128 tokens, batches 2 and 4 on a T4, through the command line:
+    the trainable weights and the optimizer's state are what LoRA's parameter count implies, the
+    frozen weights the preset's published count in bfloat16, and the parts sum to the peak."""
+    from calc.cli.main import main
+    from calc.facts.optimizers import slots_per_variable
+    from calc.types import Optimizer, OptimizerOptions
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = make_hub_spec("gpt2_base_en", 128, 4)
+    lora = 12 * 2 * (768 * 12 * 4 + 4 * 64 + 768)  # A and B of query and value, and their biases
+    assert lora_parameters(spec.model, 4) == lora
+    peaks = []
+    for batch in (2, 4):
+        request, key = xla.family_request(spec, TrainingConfig(batch_size=batch, optimizer="adamw", device="gpu"),
+                                          "t4")
+        raw = compile_request(request, key)
+        # A and B in float32, the biases in bfloat16.
+        assert raw["trainable_params"] == lora
+        assert raw["trainable_bytes"] == lora_trainable_bytes(spec) == 4 * (lora - 12 * 2 * 768) + 2 * 12 * 2 * 768
+        # The frozen rest in bfloat16, and each dropout layer's seed (two uint32): three a block and the
+        # embedding's (the preset trains with dropout 0.1).
+        assert raw["non_trainable_bytes"] == 2 * (spec.model.params - 12 * 2 * 768) + 8 * (3 * 12 + 1)
+        slots = slots_per_variable(Optimizer.ADAMW, OptimizerOptions(), 1)
+        assert raw["optimizer_bytes"] == optimizer_state_bytes(raw["trainable_bytes"], slots)
+        assert main(["estimate", "--model", "gpt2_base_en", "--lora-rank", "4", "--seq-len", "128", "--optimizer",
+                     "adamw", "--batch-size", str(batch), "--gpu", "t4", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["plan_source"] == "compiled" and out["hub"]["lora_params"] == lora
+        assert sum(out["components"].values()) == out["peak_bytes"]
+        assert out["components"]["weights"] == raw["trainable_bytes"] + raw["non_trainable_bytes"]
+        peaks.append(out["peak_bytes"])
+    assert peaks[1] > peaks[0]
+
+
+def test_the_command_line_refuses_what_a_hub_model_cannot_take(capsys):
+    from calc.cli.main import main
+
+    assert main(["estimate", "--model", "gemma_2b_en", "--image-size", "224", "--gpu", "t4"]) == 2
+    assert "drop --image-size" in capsys.readouterr().err
+    assert main(["estimate", "--model", "gemma_2b_en", "--step", "graph", "--gpu", "t4"]) == 2
+    assert "answered by XLA's plan" in capsys.readouterr().err
+    assert main(["estimate", "--model", "gemma_2b_en"]) == 2
+    assert "add --gpu PRESET" in capsys.readouterr().err
+    assert main(["estimate", "--model", "ResNet50", "--lora-rank", "4"]) == 2
+    assert "--lora-rank set up a KerasHub model" in capsys.readouterr().err
+    assert main(["models", "--hub", "--json"]) == 0
+    listed = {m["preset"] for m in json.loads(capsys.readouterr().out)["hub_models"]}
+    assert listed == set(hub_models())
