@@ -143,3 +143,53 @@ def test_the_command_line_refuses_what_a_hub_model_cannot_take(capsys):
     assert main(["models", "--hub", "--json"]) == 0
     listed = {m["preset"] for m in json.loads(capsys.readouterr().out)["hub_models"]}
     assert listed == set(hub_models())
+
+
+def test_the_longest_sequence_is_bracketed_then_halved_until_a_length_more_or_less_decides_nothing():
+    from calc.xla.search import longest_fitting, sequence_settled
+
+    def attention_like(n):  # grows faster than the sequence, as attention's scores do
+        return 10_000 + 50 * n + n * n
+
+    budget = attention_like(3000)
+    for start in (512, 3000, 8192, 100_000):
+        found = longest_fitting(attention_like, budget, start, 1 << 17)
+        assert found.exceeds is not None and sequence_settled(found.max_sequence, found.exceeds)
+        assert attention_like(found.max_sequence) <= budget < attention_like(found.exceeds)
+        assert found.max_sequence <= 3000 < found.exceeds and found.compiles <= 14
+    capped = longest_fitting(attention_like, budget, 512, 1024)  # GPT-2 takes 1,024 tokens at most
+    assert (capped.max_sequence, capped.exceeds, capped.compiled) == (1024, None, ((512, attention_like(512)),
+                                                                                  (1024, attention_like(1024))))
+    nothing = longest_fitting(attention_like, 5_000, 512, 1 << 17)
+    assert nothing.max_sequence == 0 and nothing.exceeds == 1
+
+
+@pytest.mark.keras
+def test_max_seq_searches_the_plans_of_each_length(monkeypatch, tmp_path, capsys):
+    from calc.cli.main import main
+    from calc.xla import cache, compute
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cache, "plan_versions", lambda: {"jax": "test"})
+    lengths = []
+
+    class Worker:
+        def compile(self, request, timeout_s=0):
+            n = request["spec"]["hub"]["sequence_length"]
+            lengths.append(n)
+            state = 5 * 2**30
+            return {"argument_bytes": state + 8 * n, "output_bytes": state, "alias_bytes": state,
+                    "temp_bytes": 2**20 * n + 64 * n * n, "trainable_bytes": 2**20, "non_trainable_bytes": state - 2**20,
+                    "optimizer_bytes": 2**21 + 8, "metrics_bytes": 16, "batch_bytes": 8 * n}
+
+    monkeypatch.setattr(compute, "_shared_worker", lambda: Worker())
+    assert main(["max-seq", "--model", "gemma2_2b_en", "--lora-rank", "4", "--batch-size", "1", "--gpu", "t4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert lengths[0] == 512 and out["compiles"] == len(lengths) == len(set(lengths))
+    fits = {c["sequence_length"]: c["fits"] for c in out["compiled"]}
+    assert fits[out["max_sequence_length"]] and not fits[out["exceeds"]]
+    assert out["exceeds"] - out["max_sequence_length"] <= max(1, out["max_sequence_length"] // 64)
+    assert main(["max-seq", "--model", "vit_base_patch16_224_imagenet", "--gpu", "t4"]) == 2
+    assert "image model" in capsys.readouterr().err

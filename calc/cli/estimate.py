@@ -320,3 +320,37 @@ def explained_lines(plan) -> list[str]:
         rest = sum(v for _, per in ex.layers[LAYERS_PRINTED:] for _, v in per)
         lines.append(f"    {'(' + str(len(ex.layers) - LAYERS_PRINTED) + ' more)':34s} {rest / 2**20:10,.1f} MiB")
     return lines
+
+
+def cmd_max_seq(args: argparse.Namespace) -> int:
+    """The longest sequence a KerasHub text model trains at the batch given, by XLA's plans."""
+    from calc.xla import PlanError, plan_budget
+    from calc.xla.search import plan_max_sequence
+
+    if not is_hub(args):
+        raise ValueError("max-seq takes a KerasHub text model (`python -m calc models --hub`).")
+    spec, config, gpu = _hub_setup(args)
+    if not spec.model.text:
+        raise ValueError(f"{spec.preset} is an image model: it has no sequence to lengthen.")
+    budget = plan_budget(gpu, args.margin)
+    try:
+        found = plan_max_sequence(spec, config, gpu.key, budget.plan_bytes, "" if args.remat == "none" else args.remat)
+    except PlanError as exc:
+        raise ValueError(f"the XLA plan is unavailable: {exc}") from None
+    out = {"model": spec.preset, "step": "xla", "gpu": gpu.key, "batch_size": config.batch_size,
+           "per_device_batch": config.per_replica_batch, "lora_rank": spec.lora_rank or None, "dtype": spec.dtype,
+           "margin": budget.margin, "max_sequence_length": found.max_sequence, "exceeds": found.exceeds,
+           "model_limit": found.limit, "compiles": found.compiles,
+           "compiled": [{"sequence_length": n, "plan_bytes": b, "fits": b <= budget.plan_bytes}
+                        for n, b in found.compiled]}
+    if found.exceeds is None:
+        edge = f"the model's own limit, {found.limit:,} tokens, fits"
+    elif found.max_sequence:
+        edge = f"{found.max_sequence:,} tokens fit and {found.exceeds:,} do not"
+    else:
+        edge = "not even one token fits"
+    print_out(out, args.json, [
+        f"{spec.preset} on {gpu.name} (margin {budget.margin:.1%}), batch {config.batch_size}, XLA's plan "
+        f"(jit_compile=True): longest sequence {found.max_sequence:,}; {edge} ({budget.plan_bytes / GIB:.2f} GiB for "
+        f"the plan after the framework overhead); {found.compiles} plans read or compiled"])
+    return 0

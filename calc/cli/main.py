@@ -1,4 +1,4 @@
-"""Command line: ``python -m calc {estimate,measure,max-batch,models,gpus,validate}``.
+"""Command line: ``python -m calc {estimate,measure,max-batch,max-seq,models,gpus,validate}``.
 
 ``estimate`` and ``measure`` take the same options; with ``--json`` each prints one
 JSON object with ``peak_bytes`` and ``components``. Bad options print one line and
@@ -14,7 +14,7 @@ from typing import Sequence
 
 from calc.catalogue import CATALOGUE, ModelFile, ModelSpec
 from calc.gpus import GPU_PRESETS
-from calc.cli.estimate import cmd_estimate, cmd_max_batch
+from calc.cli.estimate import cmd_estimate, cmd_max_batch, cmd_max_seq
 from calc.cli.options import (GIB, LOCAL_FILE_LIMIT, Parser, UsageError, add_gpu_options, add_model_options,
                               config_from_args, positive, read_file, seconds,
                               print_out, spec_and_config)
@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(p)
     add_gpu_options(p)
     p.set_defaults(func=cmd_max_batch)
+    p = sub.add_parser("max-seq", help="longest sequence a KerasHub text model trains on a GPU, by XLA's plans")
+    add_model_options(p)
+    add_gpu_options(p)
+    p.set_defaults(func=cmd_max_seq)
     p = sub.add_parser("models", help="the Keras applications catalogue (--hub: the KerasHub presets)")
     p.add_argument("--hub", action="store_true", help="the KerasHub presets, planned by XLA (--model PRESET)")
     p.add_argument("--json", action="store_true")

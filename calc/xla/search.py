@@ -83,3 +83,64 @@ def plan_max_batch(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig
 
 
 
+
+
+@dataclass(frozen=True)
+class XlaMaxSequence:
+    """The longest sequence whose compiled plan fits at one batch, and how it was found."""
+
+    max_sequence: int  # 0: not even one token fits
+    compiled: tuple[tuple[int, int], ...]  # (sequence length, plan bytes) of every plan the search read or compiled
+    exceeds: int | None  # the shortest compiled sequence above ``max_sequence`` that does not fit; None: the model's limit
+    limit: int  # the longest sequence the model takes
+
+    @property
+    def compiles(self) -> int:
+        return len(self.compiled)
+
+
+def sequence_settled(fits: int, exceeds: int) -> bool:
+    """Whether the search may stop: the sequence that fits and the one that does not are within 1/64 of
+    each other (a prompt or a chunk 1.5 % longer or shorter decides nothing), or next to each other."""
+    return exceeds - fits <= max(1, fits // 64)
+
+
+def longest_fitting(needed: Callable[[int], int], usable_bytes: int, start: int, limit: int) -> XlaMaxSequence:
+    """The longest ``n`` in [1, ``limit``] with ``needed(n) <= usable_bytes``, ``needed`` growing with ``n``:
+    doubled (or halved) from ``start`` until a length that fits and one that does not bracket it, then
+    halved until ``sequence_settled``."""
+    seen: dict[int, int] = {}
+
+    def fits(n: int) -> bool:
+        if n not in seen:
+            seen[n] = needed(n)
+        return seen[n] <= usable_bytes
+
+    n = max(1, min(start, limit))
+    if fits(n):
+        low, high = n, None
+        while high is None and low < limit:
+            n = min(limit, 2 * low)
+            low, high = (n, None) if fits(n) else (low, n)
+    else:
+        low, high = 0, n
+        while low == 0 and high > 1:
+            n = high // 2
+            low, high = (n, high) if fits(n) else (0, n)
+    while high is not None and low and not sequence_settled(low, high):
+        n = (low + high) // 2
+        low, high = (n, high) if fits(n) else (low, n)
+    return XlaMaxSequence(low, tuple(sorted(seen.items())), high, limit)
+
+
+def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int, remat: str = "",
+                      **kwargs: Any) -> XlaMaxSequence:
+    """The longest sequence a KerasHub text model trains at ``config``'s per-device batch within
+    ``usable_bytes``, by compiling XLA's plan at each length the search tries (a length's plan is
+    its own family: attention makes the plan grow faster than the sequence, so no line is drawn)."""
+    from calc.hub import MAX_SEQUENCE
+
+    one = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
+    return longest_fitting(lambda n: compute_plan(replace(spec, sequence_length=n), one, gpu_key, remat,
+                                                  **kwargs).peak_bytes,
+                           usable_bytes, spec.sequence_length, spec.model.max_sequence or MAX_SEQUENCE)
