@@ -9,6 +9,8 @@ from dashboard.plain import plain_label
 
 COLORS = {
     "weights": "#4C78A8",
+    "frozen_weights": "#4C78A8",
+    "trainable_weights": "#9467BD",
     "gradients": "#F58518",
     "optimizer_state": "#E45756",
     "activations": "#72B7B2",
@@ -29,6 +31,8 @@ COLORS = {
 }
 LABELS = {
     "weights": mark("Weights"),
+    "frozen_weights": mark("Frozen weights"),
+    "trainable_weights": mark("Trainable weights"),
     "gradients": mark("Gradients"),
     "optimizer_state": mark("Optimizer state"),
     "activations": mark("Activations kept for backward"),

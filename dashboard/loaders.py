@@ -143,11 +143,15 @@ def plan_report_summary() -> dict | None:
         return None
 
 
-def xla_line(step: str = "graph") -> str:
+def xla_line(step: str = "graph", hub: bool = False) -> str:
     """What the shown numbers model, and how far measured GPU steps were from them.
 
-    ``step``: "graph", the graph-executor walk is shown; "xla", XLA's plan is.
+    ``step``: "graph", the graph-executor walk is shown; "xla", XLA's plan is; ``hub``: of a KerasHub model.
     """
+    if hub:
+        return tr("This is XLA's own memory plan of Keras's `train_step` on the JAX backend, compiled with XLA for "
+                  "this card without a GPU. No KerasHub step has been measured against its plan yet; the Keras "
+                  "applications' plans are measured on the Validation page.")
     if step == "xla":
         try:
             plan = plan_report_summary() or {}

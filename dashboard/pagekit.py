@@ -16,8 +16,14 @@ from dashboard.state import Inputs
 from dashboard.widgets import sidebar_inputs
 
 
-def inputs_and_profile() -> tuple[Inputs, ModelProfile]:
-    inputs = sidebar_inputs()
+def inputs_and_profile(inputs: Inputs | None = None) -> tuple[Inputs, ModelProfile]:
+    """The sidebar's inputs (``inputs`` where the page read them already) and the model's profile. A
+    KerasHub model has none: its answer is XLA's plan, on the Estimator (``dashboard.hub``)."""
+    inputs = inputs or sidebar_inputs()
+    if inputs.source == "hub":
+        st.info(tr("A KerasHub model is answered by XLA's plan on the Estimator page. This page covers Keras "
+                   "applications and your own models: choose one under \"Model from\"."))
+        st.stop()
     readers = {"upload": _uploaded_profile, "summary": _summary_profile}
     profile = readers[inputs.source]() if inputs.source in readers else _catalogue_profile(inputs)
     try:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
+from calc.hub import DTYPES, MAX_LORA_RANK, MAX_SEQUENCE, hub_models
 from calc.types import Device, Optimizer, Precision, TrainMode
 from calc.xla import REMAT_MODES
 from dashboard.i18n import LANGUAGES, tr
@@ -24,7 +25,7 @@ MAX_LIST_CHARS = 256  # a comma-separated list in the link (6 model names, or ev
 
 @dataclass(frozen=True)
 class Inputs:
-    source: str = "catalogue"  # "upload" (a file) or "summary" (pasted text): neither is in the URL
+    source: str = "catalogue"  # "hub" (a KerasHub preset), "upload" (a file) or "summary" (pasted text)
     model: str = "ResNet50"
     image_size: int = 224
     batch_size: int = 32
@@ -49,6 +50,10 @@ class Inputs:
     present: bool = False  # the Formula page's presentation mode (dashboard.presentation)
     models: str = ""  # the Compare page's models, comma-separated ("": its defaults)
     gpus: str = ""  # the Compare page's GPU presets, comma-separated ("": its defaults)
+    hub: str = "gemma2_2b_en"  # a KerasHub preset (calc.hub), with source "hub"
+    seq_len: int = 512  # a KerasHub text model's tokens per example
+    lora_rank: int = 4  # LoRA's rank (backbone.enable_lora); 0 trains every weight
+    hub_dtype: str = "auto"  # the dtype policy a KerasHub model is built under ("auto": its task's default)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -61,7 +66,9 @@ DEVICES = [d.value for d in Device]
 TRAIN_MODES = [m.value for m in TrainMode]
 GPUS = [*GPU_PRESETS, "custom"]
 UNITS = ["GiB", "GB"]
-SOURCES = ["catalogue", "upload", "summary"]
+SOURCES = ["catalogue", "hub", "upload", "summary"]
+HUB_MODELS = list(hub_models())
+HUB_DTYPES = ["auto", *DTYPES]
 MODELS = list(CATALOGUE)
 STEPS = ["xla", "graph"]
 REMATS = ["none", *REMAT_MODES]
@@ -124,6 +131,10 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
         "present": lambda t: _bool("present", t),
         "models": lambda t: _names(t, lambda n: lookup(n).name, MAX_COMPARED),
         "gpus": lambda t: _names(t, lambda k: _choice("gpus", k, list(GPU_PRESETS)), len(GPU_PRESETS)),
+        "hub": lambda t: _choice("hub", t, HUB_MODELS),
+        "seq_len": lambda t: _int("seq_len", t, 1, MAX_SEQUENCE),
+        "lora_rank": lambda t: _int("lora_rank", t, 0, MAX_LORA_RANK),
+        "hub_dtype": lambda t: _choice("hub_dtype", t, HUB_DTYPES),
     }
     for key, raw in params.items():
         if key not in parsers:

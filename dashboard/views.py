@@ -27,17 +27,20 @@ CURVE_MAX = 4096
 
 
 def config_of(inputs: Inputs) -> TrainingConfig:
+    """The engine's config; a KerasHub model's precision is its dtype policy (``calc.hub.HubSpec``), its step
+    a GPU's, and what trains its LoRA rank's, so the hidden inputs of the other models do not enter it."""
+    hub = inputs.source == "hub"
     return TrainingConfig(
         batch_size=inputs.batch_size,
         optimizer=inputs.optimizer,
         optimizer_options=OptimizerOptions(momentum=inputs.momentum, amsgrad=inputs.amsgrad,
                                            centered=inputs.centered, use_ema=inputs.ema),
         gradient_accumulation_steps=inputs.grad_accum,
-        precision=inputs.precision,
-        train_mode=inputs.train_mode,
-        last_n_layers=inputs.last_n if inputs.train_mode == "last_n" else 0,
+        precision="float32" if hub else inputs.precision,
+        train_mode="all" if hub else inputs.train_mode,
+        last_n_layers=inputs.last_n if inputs.train_mode == "last_n" and not hub else 0,
         num_gpus=inputs.num_gpus,
-        device=inputs.device,
+        device="gpu" if hub else inputs.device,
     )
 
 
@@ -86,6 +89,17 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
         unknown_layer_types=plan_step(profile, config).unknown_layer_types,
         caveats=spread_caveats(profile, config),
     )
+
+
+def hub_estimate_view(inputs: Inputs, gpu: GpuPreset) -> EstimateView:
+    """What a KerasHub model's page has beside XLA's plan: the card, its overhead and margin, the batches
+    the curve may draw; no walk (its breakdown is empty, its largest batch 0: XLA's answers alone)."""
+    top = max(CURVE_MAX, 2 * inputs.batch_size)
+    usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
+    return EstimateView(breakdown=MemoryBreakdown(0, 0, 0, 0, 0, 0, 0), overhead_bytes=gpu.overhead_bytes,
+                        capacity_bytes=gpu.memory_bytes, usable_bytes=usable, needed_bytes=gpu.overhead_bytes,
+                        fits=True, max_batch=0, curve_batches=curve_batches(top, inputs.num_gpus, (inputs.batch_size,)),
+                        curve_bytes=(), unknown_layer_types=(), caveats={})
 
 
 def curve_batches(top: int, step: int, marks: tuple[int, ...], *, dense: int = 32, points: int = 96) -> tuple[int, ...]:
@@ -171,6 +185,9 @@ def xla_reason(inputs: Inputs) -> str | None:
     The plan is compiled for a GPU preset's card (``calc.xla.target_for``), of a catalogue
     model or an uploaded file; a pasted summary, CPU kernels or a custom size get the walk.
     """
+    if inputs.source == "hub":
+        return tr("A KerasHub model is answered by XLA's plan, which compiles for a GPU preset's card: choose "
+                  "one.") if inputs.gpu == "custom" else None
     if inputs.source == "summary":
         return tr("The XLA plan compiles a model, and a pasted summary is only its table; this shows the "
                   "graph-executor walk (jit_compile=False). Upload the saved file for XLA's plan.")
@@ -304,10 +321,11 @@ def curve_caption(shown: ShownStep) -> str:
                   "so far); the line is drawn through them where XLA keeps every activation (a straight line in "
                   "the batch) and stops where its temporaries would reach half XLA's rematerialisation limit (80 % "
                   "of the card x 95 %, less the state): nearer the card XLA may recompute activations to fit, and "
-                  "only compiled plans count. The grey line is the graph-executor walk (jit_compile=False), for "
-                  "comparison{pending}.",
+                  "only compiled plans count.{walk}",
                   compiled=len(shown.curve.compiled),
-                  pending="" if shown.final else tr("; the red point is the walk's, until this batch's plan is compiled"))
+                  walk=tr(" The grey line is the graph-executor walk (jit_compile=False), for comparison{pending}.",
+                          pending="" if shown.final else tr("; the red point is the walk's, until this batch's plan "
+                                                            "is compiled")) if shown.curve.walk else "")
     if not shown.final:
         return tr("The graph-executor walk (jit_compile=False), plus the framework overhead, while XLA's first plans "
                   "of this configuration compile.")

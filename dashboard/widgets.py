@@ -7,11 +7,14 @@ import streamlit as st
 from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
 from calc.facts.optimizers import applicable_options
+from calc.hub import MAX_LORA_RANK, MAX_SEQUENCE, hub_models
 from dashboard.i18n import LANGUAGES, mark, tr
 from dashboard.state import (
     DEVICES,
     FIELD_NAMES,
     GPUS,
+    HUB_DTYPES,
+    HUB_MODELS,
     MAX_BATCH,
     MODELS,
     OPTIMIZERS,
@@ -27,8 +30,9 @@ from dashboard.state import (
 )
 
 SUMMARY_ACTIVATIONS = ["relu", "silu", "gelu", "relu6", "elu", "leaky_relu", "sigmoid", "tanh", "hard_silu"]
-SOURCE_LABELS = {"catalogue": mark("Keras applications"), "upload": mark("my .keras / .h5 file"),
-                 "summary": mark("pasted model.summary()")}
+SOURCE_LABELS = {"catalogue": mark("Keras applications"), "hub": mark("KerasHub (LLMs, transformers)"),
+                 "upload": mark("my .keras / .h5 file"), "summary": mark("pasted model.summary()")}
+HUB_DTYPE_LABELS = {"auto": mark("the task's default (bfloat16 for a causal LM, else float32)")}
 DEVICE_LABELS = {"gpu": "GPU", "cpu": "CPU", "cpu_fp16": "CPU (AVX512-FP16)"}  # names: not translated
 MODE_LABELS = {"all": mark("everything"), "frozen_backbone": mark("frozen backbone + new head"),
                "last_n": mark("last N layers")}
@@ -70,6 +74,8 @@ def sidebar_inputs() -> Inputs:
         sb.selectbox(tr("Activation rows whose name gives no function compute"), SUMMARY_ACTIVATIONS,
                      key="summary_activation", help=tr("conv1_relu says relu; activation_3 says nothing. "
                                                        "EfficientNet and ConvNeXt-style models use silu or gelu."))
+    elif st.session_state["source"] == "hub":
+        _hub_inputs(sb)
     else:
         sb.selectbox(tr("Model (Keras application)"), MODELS, key="model")
         entry = lookup(st.session_state["model"])
@@ -83,6 +89,40 @@ def sidebar_inputs() -> Inputs:
     sb.checkbox(tr("EMA of the weights (use_ema)"), key="ema", help=tr("a full copy of the trainable weights"))
     sb.number_input(tr("Gradient accumulation steps"), min_value=1, max_value=1024, key="grad_accum",
                     help=tr("Keras 3 gradient_accumulation_steps: an accumulator per parameter"))
+    if st.session_state["source"] != "hub":  # a KerasHub model's step is XLA's, its precision its dtype policy
+        _step_inputs(sb, labels)
+    sb.selectbox("GPU", GPUS, format_func=labels["gpu"].get, key="gpu")
+    if st.session_state["gpu"] == "custom":
+        sb.number_input(tr("GPU memory (GiB)"), min_value=0.25, max_value=4096.0, step=1.0, key="gpu_memory_gib")
+    sb.number_input(tr("GPUs (data parallel)"), min_value=1, max_value=1024, key="num_gpus")
+    sb.slider(tr("Safety margin (%)"), 0, 90, key="margin")
+    sb.radio(tr("Unit"), UNITS, horizontal=True, key="unit",
+             help=tr("GiB = 1024³ bytes (what nvidia-smi's MiB add up to); GB = 10⁹ bytes"))
+    inputs = Inputs(**{name: st.session_state[name] for name in FIELD_NAMES})
+    st.session_state["_saved"] = {name: getattr(inputs, name) for name in FIELD_NAMES}
+    st.query_params.from_dict(inputs.to_query())
+    return inputs
+
+
+def _hub_inputs(sb) -> None:
+    """A KerasHub preset and what its training setup adds: the sequence, LoRA's rank, the dtype policy."""
+    models = hub_models()
+    sb.selectbox(tr("Model (KerasHub preset)"), HUB_MODELS, key="hub",
+                 format_func=lambda name: f"{name} ({models[name].params / 1e9:.2f} B)")
+    model = models[st.session_state["hub"]]
+    if model.text:
+        longest = model.max_sequence or MAX_SEQUENCE
+        st.session_state["seq_len"] = min(st.session_state["seq_len"], longest)  # GPT-2 and BERT stop at theirs
+        sb.number_input(tr("Sequence length (tokens)"), min_value=1, max_value=longest, step=128, key="seq_len")
+    sb.number_input(tr("LoRA rank (0: train every weight)"), min_value=0, max_value=MAX_LORA_RANK, key="lora_rank",
+                    help=tr("backbone.enable_lora(rank): the query and value projections gain two float32 "
+                            "factors each, and only those (and the projections' biases) train"))
+    auto = tr(HUB_DTYPE_LABELS["auto"])
+    sb.selectbox(tr("Dtype policy"), HUB_DTYPES, key="hub_dtype", format_func=lambda d: auto if d == "auto" else d)
+
+
+def _step_inputs(sb, labels: dict[str, dict[str, str]]) -> None:
+    """The step of a Keras application or your own model: precision, kernels, the step, remat, what trains."""
     sb.selectbox(tr("Precision"), PRECISIONS, key="precision")
     sb.radio(tr("Kernels"), DEVICES, format_func=DEVICE_LABELS.get, horizontal=True, key="device",
              help=tr("GPU: cuDNN and cuBLAS (measured on an H100). CPU: TensorFlow's CPU kernels, where the "
@@ -101,17 +141,6 @@ def sidebar_inputs() -> Inputs:
     sb.selectbox(tr("What is trained"), TRAIN_MODES, format_func=labels["train_mode"].get, key="train_mode")
     if st.session_state["train_mode"] == "last_n":
         sb.number_input(tr("N (last layers trained)"), min_value=1, max_value=10000, key="last_n")
-    sb.selectbox("GPU", GPUS, format_func=labels["gpu"].get, key="gpu")
-    if st.session_state["gpu"] == "custom":
-        sb.number_input(tr("GPU memory (GiB)"), min_value=0.25, max_value=4096.0, step=1.0, key="gpu_memory_gib")
-    sb.number_input(tr("GPUs (data parallel)"), min_value=1, max_value=1024, key="num_gpus")
-    sb.slider(tr("Safety margin (%)"), 0, 90, key="margin")
-    sb.radio(tr("Unit"), UNITS, horizontal=True, key="unit",
-             help=tr("GiB = 1024³ bytes (what nvidia-smi's MiB add up to); GB = 10⁹ bytes"))
-    inputs = Inputs(**{name: st.session_state[name] for name in FIELD_NAMES})
-    st.session_state["_saved"] = {name: getattr(inputs, name) for name in FIELD_NAMES}
-    st.query_params.from_dict(inputs.to_query())
-    return inputs
 
 
 

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from calc import xla
 from calc.catalogue import ModelFile, ModelSpec
+from calc.hub import HubSpec
 from calc.types import TrainingConfig
 from calc.workers.failures import FailureMemory
 from calc.workers.plans import PlanBusy, PlanCancelled, PlanWorker
@@ -73,13 +74,13 @@ def compile_workers() -> int:
 class Setup:
     """One configuration on one card, at any batch: the curve a page reads, the compiles a want names."""
 
-    spec: ModelSpec | ModelFile
+    spec: ModelSpec | ModelFile | HubSpec
     config: TrainingConfig  # one device's, at batch 1
     gpu_key: str
     remat: str = ""
 
     @classmethod
-    def of(cls, spec: ModelSpec | ModelFile, config: TrainingConfig, gpu_key: str, remat: str = "") -> Setup:
+    def of(cls, spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> Setup:
         return cls(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
 
     def known(self) -> xla.KnownPlans:

@@ -15,6 +15,7 @@ import streamlit as st
 
 from calc import xla
 from calc.gpus import GpuPreset
+from calc.hub import HubSpec, hub_models, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
 from dashboard import views, xla_jobs
 from dashboard.i18n import language, set_language, tr
@@ -22,7 +23,8 @@ from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
 from dashboard.state import Inputs
 from dashboard.xla_jobs import Kind, Progress, Setup, Want
-from dashboard.xla_view import XlaAnswer, shown_pending, shown_xla, xla_answer
+from dashboard.plain import plain
+from dashboard.xla_view import XlaAnswer, hub_line, shown_pending, shown_xla, xla_answer
 
 SESSION_KEY = "_xla_session"
 
@@ -65,21 +67,32 @@ def client_address() -> str:
 
 
 def setup_of(inputs: Inputs, remat: str | None = None) -> Setup:
-    """The configuration the inputs name: a catalogue model, or the uploaded file (``not_applicable`` is None)."""
+    """The configuration the inputs name: a catalogue model, a KerasHub preset, or the uploaded file
+    (``not_applicable`` is None)."""
+    if inputs.source == "hub":
+        return Setup.of(hub_spec_of(inputs), views.config_of(inputs), inputs.gpu, "")
     spec = kept_upload() if inputs.source == "upload" else spec_for(inputs.model, inputs.image_size,
                                                                     inputs.train_mode == "frozen_backbone")
     assert not isinstance(spec, str)
     return Setup.of(spec, views.config_of(inputs), inputs.gpu, views.remat_mode(inputs) if remat is None else remat)
 
 
+def hub_spec_of(inputs: Inputs) -> HubSpec:
+    """The KerasHub setup the inputs name. Raises ``ValueError`` (one line) for one the model cannot take."""
+    model = hub_models()[inputs.hub]
+    return make_hub_spec(inputs.hub, inputs.seq_len if model.text else None, inputs.lora_rank,
+                         None if inputs.hub_dtype == "auto" else inputs.hub_dtype)
+
+
 def not_applicable(inputs: Inputs) -> str | None:
     """Why XLA's plan is not shown for these inputs (one line; "" for the graph executor's step), or None."""
-    if inputs.step != "xla":
+    if inputs.step != "xla" and inputs.source != "hub":
         return ""
     reason = views.xla_reason(inputs)
     if reason is None and (missing := xla.unavailable_reason()) is not None:
         reason = tr("No XLA plan on this server: {reason}; this shows the graph-executor walk (jit_compile=False).",
-                    reason=missing)
+                    reason=missing) if inputs.source != "hub" else tr(
+            "No XLA plan on this server: {reason}. A KerasHub model is answered by XLA's plan alone.", reason=missing)
     if reason is None and inputs.source == "upload" and isinstance(kept := kept_upload(), str):
         reason = tr("No XLA plan of the file: {reason}. This shows the graph-executor walk (jit_compile=False).",
                     reason=kept)
@@ -117,7 +130,7 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         wants.append(Want(setup, Kind.ANCHOR))
     if answer.max_batch is None or not answer.max_batch.settled:
         wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes,
-                          start=max(1, view.max_batch // inputs.num_gpus)))
+                          start=max(1, (view.max_batch or inputs.batch_size) // inputs.num_gpus)))
     if setup.remat:
         base = setup_of(inputs, remat="")
         state.base_plan = base.known().plans.get(per_device)
@@ -136,7 +149,9 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
     if not xla_jobs.compiles_enabled():
         state.notes.append(("info", tr("XLA compiles are off on this server ({env}=off): this shows the plans "
                                        "shipped or already compiled, and the graph-executor walk where none is.",
-                                       env=xla_jobs.COMPILES_ENV)))
+                                       env=xla_jobs.COMPILES_ENV) if inputs.source != "hub" else
+                            tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the "
+                               "plans already compiled here.", env=xla_jobs.COMPILES_ENV)))
         state.wants = ()
         return state
     state.progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address())
@@ -216,3 +231,25 @@ def _progress(wants: tuple[Want, ...], setup: Setup, version: int, session: str,
         if task not in shown and (text := progress_text(want, progress[want], want.setup != setup)) is not None:
             shown.add(task)
             st.caption(text)
+
+
+def hub_view(inputs: Inputs, gpu: GpuPreset) -> views.EstimateView:
+    """A KerasHub model's setup line and the card's view (``views.hub_estimate_view``); one line and the end
+    of the page for a setup the model cannot take."""
+    try:
+        spec = hub_spec_of(inputs)
+    except ValueError as exc:
+        st.error(plain(exc))
+        st.stop()
+    st.caption(hub_line(spec, inputs))
+    return views.hub_estimate_view(inputs, gpu)
+
+
+def hub_waits(state: XlaState) -> None:
+    """Until a KerasHub model's first plan is known, there is no number to show (no walk stands in):
+    why, and the compile's progress; the page ends here."""
+    if state.wants:
+        st.info(tr("XLA compiles this step's plan for the card (a KerasHub model takes 20 to 60 s): the numbers "
+                   "appear here when it is done."))
+    show_xla_notes(state)
+    st.stop()

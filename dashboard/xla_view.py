@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from calc.gpus import GpuPreset
+from calc.hub import HubSpec, lora_counts
 from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
 from dashboard.i18n import mark, tr
@@ -51,13 +52,17 @@ XLA_PARTS = {"activations": "xla_activations", "gradients": "xla_gradients", "op
              "packing": "xla_packing"}
 
 
-def plan_parts(plan: XlaPlan) -> dict[str, int]:
+def plan_parts(plan: XlaPlan, split_weights: bool = False) -> dict[str, int]:
     """The plan's peak as the bar stacks it: by kind where the plan says what fills its temporaries
-    (``XlaPlan.breakdown``), else with the temporaries as one block; sums to ``plan.peak_bytes``."""
+    (``XlaPlan.breakdown``), else with the temporaries as one block; sums to ``plan.peak_bytes``.
+    ``split_weights``: the frozen weights and those that train as two parts (a KerasHub model's LoRA)."""
     breakdown = plan.breakdown()
-    if breakdown is None:
-        return plan.components()
-    return {XLA_PARTS.get(kind, kind): nbytes for kind, nbytes in breakdown.items()}
+    parts = plan.components() if breakdown is None else {XLA_PARTS.get(k, k): v for k, v in breakdown.items()}
+    trainable = plan.trainable_weights_bytes
+    if not split_weights or not 0 < trainable <= parts["weights"]:
+        return parts
+    weights = parts.pop("weights")
+    return {"frozen_weights": weights - trainable, "trainable_weights": trainable, **parts}
 
 
 def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_bytes: int | None) -> ShownStep:
@@ -77,7 +82,8 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
     best = answer.max_batch
     max_batch = best.batch * gpus if best is not None else view.max_batch
     return ShownStep(
-        step="xla", peak_label=label, components=plan_parts(plan), peak_bytes=plan.peak_bytes,
+        step="xla", peak_label=label, components=plan_parts(plan, split_weights=inputs.source == "hub"),
+        peak_bytes=plan.peak_bytes,
         overhead_bytes=overhead, capacity_bytes=view.capacity_bytes, usable_bytes=answer.budget.usable_bytes,
         max_batch=max_batch, max_batch_label=largest_batch_label(best), margin_fraction=answer.budget.margin,
         searching=best is not None and not best.settled,
@@ -394,3 +400,26 @@ def compare_table(rows: list[dict[str, object]], gpus: list[GpuPreset], inputs: 
                                                inputs.num_gpus)
         out.append(row)
     return out
+
+
+def hub_line(spec: HubSpec, inputs: Inputs) -> str:
+    """What a KerasHub model's step is, with its numbers: the preset, the sequence, what trains."""
+    model = spec.model
+    counts = lora_counts(model, spec.lora_rank) if spec.lora_rank else None
+    shape = (tr("{tokens:,} tokens per example", tokens=spec.sequence_length) if model.text else
+             tr("{size} px images", size="x".join(map(str, (model.image_shape or ())[:2]))))
+    if not spec.lora_rank:
+        trains = tr("every weight trains, in {dtype}", dtype=spec.dtype)
+    elif counts is None:
+        trains = tr("LoRA rank {rank} on every layer's query and value, the rest frozen in {dtype}",
+                    rank=spec.lora_rank, dtype=spec.dtype)
+    elif counts[1]:
+        trains = tr("LoRA rank {rank} on every layer's query and value: {adapters:,} parameters train in float32 "
+                    "(and {biases:,} of the projections' biases), the rest is frozen in {dtype}",
+                    rank=spec.lora_rank, adapters=counts[0], biases=counts[1], dtype=spec.dtype)
+    else:
+        trains = tr("LoRA rank {rank} on every layer's query and value: {adapters:,} parameters train in float32, "
+                    "the rest is frozen in {dtype}", rank=spec.lora_rank, adapters=counts[0], dtype=spec.dtype)
+    return tr("{preset}: {params:,} parameters ({family}); {shape}; {trains}. The step is Keras's on the JAX backend "
+              "(jit_compile=True), planned by XLA for the card from the model's figures, without its weights.",
+              preset=spec.preset, params=model.params, family=model.family, shape=shape, trains=trains)

@@ -18,6 +18,9 @@ ensure_routed()
 charts.preload()
 st.title(tr("Compare models and GPUs"))
 inputs = sidebar_inputs()
+if inputs.source == "hub":
+    st.info(tr("Compare lists Keras applications: the sidebar's KerasHub model is answered on the Estimator. Its "
+               "batch, optimizer and GPUs set up the comparison below."))
 models = st.multiselect(tr("Models"), MODELS, default=views.compared_models(inputs), max_selections=MAX_COMPARED,
                         key="compare_models")
 gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_gpus(inputs),

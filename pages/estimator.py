@@ -9,21 +9,27 @@ from dashboard.loaders import accuracy_line, caveat_records, own_model_record, x
 from dashboard.pagekit import inputs_and_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
-from dashboard.widgets import gpu_of
-from dashboard.xla_step import show_xla_notes, xla_state
+from dashboard.widgets import gpu_of, sidebar_inputs
+from dashboard.xla_step import hub_view, hub_waits, show_xla_notes, xla_state
 from dashboard.xla_view import margin_line, remat_note
 
 ensure_routed()
 charts.preload()
 st.title(tr("How much GPU memory will this training step take?"))
-inputs, profile = inputs_and_profile()
+inputs = sidebar_inputs()
 gpu = gpu_of(inputs)
-try:
-    view = views.estimate_view(profile, inputs, gpu)
-except ValueError as exc:
-    st.error(plain(exc))
-    st.stop()
+if inputs.source == "hub":  # a KerasHub model: XLA's plan alone, no walk beside it
+    view = hub_view(inputs, gpu)
+else:
+    inputs, profile = inputs_and_profile(inputs)
+    try:
+        view = views.estimate_view(profile, inputs, gpu)
+    except ValueError as exc:
+        st.error(plain(exc))
+        st.stop()
 xla = xla_state(inputs, view, gpu)  # known plans now; missing ones compile in the background
+if inputs.source == "hub" and (xla.answer is None or xla.answer.plan is None):
+    hub_waits(xla)
 shown = xla.shown(view, inputs)
 
 c1, c2, c3 = st.columns(3)
@@ -44,7 +50,7 @@ if shown.step == "xla" and (recompute := remat_note(xla.answer, inputs)) is not 
     st.caption(recompute)
 if shown.step == "graph" and shown.final:
     st.caption(accuracy_line())
-st.caption(xla_line(shown.step))
+st.caption(xla_line(shown.step, hub=inputs.source == "hub"))
 if shown.step == "graph" and shown.final:  # the walk's caveats: TensorFlow's allocator and executor, not XLA's plan
     for note in views.caveat_notes(view, inputs, caveat_records(), caveat_records("gpu")):
         st.warning(note)

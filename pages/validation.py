@@ -9,7 +9,7 @@ from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
-from dashboard.widgets import gpu_of
+from dashboard.widgets import gpu_of, sidebar_inputs
 from dashboard.xla_step import xla_answer_for
 
 
@@ -25,12 +25,14 @@ def case_table(cases: list[dict], columns: list[str] | None = None) -> pd.DataFr
 ensure_routed()
 charts.preload()
 st.title(tr("How accurate is it? Predicted versus measured"))
-inputs, profile = inputs_and_profile()
+inputs = sidebar_inputs()
+hub = inputs.source == "hub"  # a KerasHub model: XLA's plan alone, nothing measured of it yet
+profile = None if hub else inputs_and_profile(inputs)[1]
 # First what a newcomer asks: how good is the number the Estimator shows, for the step chosen.
-answer = xla_answer_for(inputs, gpu_of(inputs))
-step = "xla" if answer is not None and answer.plan is not None else "graph"
+answer = None if hub else xla_answer_for(inputs, gpu_of(inputs))
+step = "xla" if hub or answer is not None and answer.plan is not None else "graph"
 st.subheader(tr("How good is the number you are shown?"))
-st.info(xla_line(step) if step == "xla" or inputs.device == "gpu" else accuracy_line())
+st.info(xla_line(step, hub=hub) if step == "xla" or inputs.device == "gpu" else accuracy_line())
 st.caption(tr("Which step each table describes: the CPU set and your own models measure TensorFlow's graph executor "
               "(`jit_compile=False`) against the graph-executor walk; on the H100, the graph-executor slice does the "
               "same, and the XLA slice (`jit_compile=True`) is scored against the walk and, where its report exists, "
@@ -104,6 +106,8 @@ except (ImportError, OSError, ValueError, KeyError):
     st.caption(tr("XLA's own plan is not scored here yet: no report of it against the XLA slice "
                   "(python -m calc validate --step xla --save)."))
 
+if profile is None:
+    st.stop()
 st.subheader(tr("Measure this configuration now"))
 allowed, why = measure_now_allowed(profile, inputs)
 st.caption(tr("Runs real training steps with TensorFlow on this server (its CPU, or its GPU for GPU kernels; one "

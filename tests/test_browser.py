@@ -239,3 +239,32 @@ def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(serv
         if shown < count:
             button.click()
     browser.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "ja", "ko"])
+def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang):
+    """A colleague's link to a KerasHub fine-tuning step: the sidebar shows the preset, the sequence and
+    LoRA's rank; with no plan of it on this server (tests compile none), the page says so in the
+    link's language and shows no number."""
+    import json
+
+    locales = {}
+    for path in (ROOT / "dashboard" / "locales").glob("*.json"):
+        locales.update(json.loads(path.read_text(encoding="utf-8")))
+
+    def tr(text):
+        return text if lang == "en" else locales[text][lang]
+
+    browser = _browser(playwright)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{server}/?source=hub&hub=gemma2_2b_en&seq_len=1024&lora_rank=8&batch_size=2&optimizer=adamw"
+              f"&gpu=l4&lang={lang}", timeout=120_000)
+    said = tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
+              "compiled here.").replace("{env}", "CALC_XLA_COMPILES")
+    page.get_by_text(said).wait_for(timeout=180_000)
+    assert page.get_by_text("gemma2_2b_en: ").first.is_visible()  # the setup's line, with its numbers
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    assert sidebar.get_by_role("spinbutton", name=tr("Sequence length (tokens)")).input_value() == "1024"
+    assert sidebar.get_by_role("spinbutton", name=tr("LoRA rank (0: train every weight)")).input_value() == "8"
+    assert page.locator('[data-testid="stMetricValue"]').count() == 0
+    browser.close()

@@ -1221,3 +1221,78 @@ def test_the_small_model_is_worked_out_by_hand_beside_its_measurement():
     measured = next(c["peak_bytes"] for c in load_measurements(CUSTOM_DATA)["cases"]
                     if c["case"] == "mnist_cnn.keras b128 adam float32")
     assert f"TensorFlow measured **{measured:,} B** on a CPU" in text
+
+
+# --- KerasHub models: XLA's plan alone ----------------------------------------------------
+
+HUB = {"source": "hub", "hub": "gemma2_2b_en", "seq_len": "512", "lora_rank": "4", "batch_size": "1",
+       "optimizer": "adamw", "gpu": "l4"}
+# Gemma 2 2B: 26 layers over 2,304, 8 query heads and 4 key-value heads of 256. LoRA rank 4 on query
+# (8, 2304, 256) and value (4, 2304, 256): A of (heads, 2304, 4) and B of (4, 256) each.
+HUB_LORA = 26 * 4 * ((8 * 2304 + 256) + (4 * 2304 + 256))
+
+
+def put_hub_plan(raw, **fields):
+    from calc import xla
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+    from dashboard.xla_step import hub_spec_of
+
+    inputs, warnings = parse_query({**HUB, **fields})
+    assert not warnings
+    return xla.compute_plan(hub_spec_of(inputs), config_of(inputs), inputs.gpu, runner=lambda request: raw)
+
+
+def hub_analysis(batch):
+    """A child's answer shaped like a KerasHub LoRA step's: frozen bfloat16 weights, float32 adapters."""
+    trainable, frozen = 4 * HUB_LORA, 2 * 2_614_341_888
+    state = trainable + frozen + 2 * trainable + 8 + 16
+    tokens = 2 * 4 * 512 * batch + 512 * batch  # token ids, padding mask, labels; the sample weights
+    return {"argument_bytes": state + tokens, "output_bytes": state + 8, "alias_bytes": state,
+            "temp_bytes": 1_500_000_000 * batch, "trainable_bytes": trainable, "non_trainable_bytes": frozen,
+            "optimizer_bytes": 2 * trainable + 8, "metrics_bytes": 16, "batch_bytes": tokens,
+            "build_seconds": 4.0, "compile_seconds": 20.0, "jax": "test", "keras": "test"}
+
+
+def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen():
+    from dashboard.figures import LABELS
+    from dashboard.views import fmt
+
+    plan = put_hub_plan(hub_analysis(1))
+    at = app(HUB)
+    assert not at.exception
+    assert metric(at, "Planned peak (XLA)") == fmt(plan.peak_bytes, Inputs())
+    assert any(c.value.startswith("gemma2_2b_en: 2,614,341,888 parameters (Gemma); 512 tokens per example; LoRA "
+                                  f"rank 4 on every layer's query and value: {HUB_LORA:,} parameters train in "
+                                  "float32") for c in at.caption)
+    bars = {t["name"]: t["y"][0] for t in bar_chart(at)["data"]}
+    assert bars[LABELS["trainable_weights"]] == pytest.approx(4 * HUB_LORA / GIB)
+    assert bars[LABELS["frozen_weights"]] == pytest.approx(2 * 2_614_341_888 / GIB)
+    assert LABELS["weights"] not in bars
+    gpu = GPU_PRESETS["l4"]
+    assert sum(bars.values()) == pytest.approx((plan.peak_bytes + gpu.overhead_bytes) / GIB, abs=1e-9)
+    assert {k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
+            for k in ("source", "hub", "seq_len", "lora_rank")} == {"source": "hub", "hub": "gemma2_2b_en",
+                                                                    "seq_len": "512", "lora_rank": "4"}
+    for page in ("pages/layers.py", "pages/formula.py"):
+        other = app(HUB, page=page)
+        assert any("A KerasHub model is answered by XLA's plan on the Estimator page" in i.value for i in other.info)
+    compare = app(HUB, page="pages/compare.py")
+    assert not compare.exception and any("the sidebar's KerasHub model is answered on the Estimator" in i.value
+                                         for i in compare.info)
+    validation = app(HUB, page="pages/validation.py")
+    assert not validation.exception and any("No KerasHub step has been measured against its plan yet" in i.value
+                                            for i in validation.info)
+    assert not any(s.value == "Measure this configuration now" for s in validation.subheader)
+    for lang, start in (("ja", "gemma2_2b_en: パラメータ 2,614,341,888 個 (Gemma)"),
+                        ("ko", "gemma2_2b_en: 파라미터 2,614,341,888개 (Gemma)")):
+        there = app({**HUB, "lang": lang})
+        assert any(c.value.startswith(start) for c in there.caption) and len(bar_chart(there)["data"]) == len(bars)
+
+
+def test_a_kerashub_link_with_no_plan_known_shows_no_number_and_says_why():
+    at = app(HUB)
+    assert not at.exception and not at.metric
+    assert any("a KerasHub model shows only the plans already compiled here" in i.value for i in at.info)
+    short = app({**HUB, "hub": "gpt2_base_en", "seq_len": "4096"})  # GPT-2 takes 1,024 tokens
+    assert not short.exception and short.number_input(key="seq_len").value == 1024

@@ -6,9 +6,10 @@ Serves the dashboard with ``streamlit run`` on a free port and drives the system
 Chromium with Playwright (as tests/test_browser.py does). Japanese and Korean need a CJK
 font on the machine (Debian: ``apt-get install fonts-noto-cjk``), else they show as boxes.
 The link's XLA plan is first compiled with what fills its peak (the shipped plan leaves that
-out; one compile, in the server's own cache), so that the pages show XLA's split. Writes
-``<page>-<lang>.png``, ``formula-present-<width>x<height>-<lang>.png`` at 1920x1080 and
-1280x720, and ``handout-<lang>.png``, and prints each path.
+out; one compile, in the server's own cache), so that the pages show XLA's split; so is a
+KerasHub link's (Gemma 2 2B with LoRA on an L4). Writes ``<page>-<lang>.png``,
+``estimator-kerashub-<lang>.png``, ``formula-present-<width>x<height>-<lang>.png`` at 1920x1080
+and 1280x720, and ``handout-<lang>.png``, and prints each path.
 """
 
 from __future__ import annotations
@@ -86,6 +87,22 @@ def explain_link(cache: str) -> None:
     assert plan.explained is not None, "the compile did not say what fills the peak"
 
 
+HUB_LINK = "source=hub&hub=gemma2_2b_en&seq_len=512&lora_rank=4&batch_size=1&optimizer=adamw&gpu=l4"
+
+
+def compile_hub_link(cache: str) -> None:
+    """Compiles the KerasHub link's plan with what fills its peak, into ``cache`` (no weights are made)."""
+    from calc.xla import compute_plan
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+    from dashboard.xla_step import hub_spec_of
+
+    os.environ["CALC_CACHE_DIR"] = cache
+    inputs, _ = parse_query(dict(pair.split("=") for pair in HUB_LINK.split("&")))
+    plan = compute_plan(hub_spec_of(inputs), config_of(inputs), inputs.gpu, explained=True)
+    assert plan.explained is not None, "the compile did not say what fills the peak"
+
+
 def shoot_handout(page, url: str, path: Path) -> None:
     """The Formula page's handout, downloaded as a visitor would, then opened."""
     page.goto(url, timeout=120_000)
@@ -112,6 +129,7 @@ def main() -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with tempfile.TemporaryDirectory() as cache:
         explain_link(cache)
+        compile_hub_link(cache)
         proc, url = serve(cache)
         try:
             with sync_playwright() as p:
@@ -120,6 +138,7 @@ def main() -> None:
                 for lang in args.lang:
                     for name, path in PAGES.items():
                         shoot(page, f"{url}/{path}?{LINK}&lang={lang}", args.out / f"{name}-{lang}.png")
+                    shoot(page, f"{url}/?{HUB_LINK}&lang={lang}", args.out / f"estimator-kerashub-{lang}.png")
                     shoot_handout(page, f"{url}/formula?{LINK}&lang={lang}", args.out / f"handout-{lang}.png")
                     for size in PROJECTORS:
                         projected = browser.new_page(viewport=size)

@@ -226,7 +226,7 @@ _WARM: dict[str, PlanModel] = {}  # the last model planned in this process, by i
 
 
 def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, target_config: str,
-                    remat: str | None = None, family: str | None = None) -> dict[str, Any]:
+                    remat: str | None = None, family: str | None = None, build: Any = None) -> dict[str, Any]:
     """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
 
     ``family`` names the configuration at any batch (a saved file's by its content, which a
@@ -234,7 +234,8 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
     Keras and JAX are imported (``calc.workers.plans.plan_env`` sets them): the autotuner
     would run convolutions on a device. The model is kept for the next request of the same
     configuration at another batch or card (its ``"warm"`` is then true); one model at a time,
-    so that a worker holds one model's state.
+    so that a worker holds one model's state. ``build`` makes the model (``PlanModel`` by default;
+    ``calc.keras.hub.HubPlanModel`` for a KerasHub model).
     """
     import gc
 
@@ -248,10 +249,6 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
         _WARM.clear()
         jax.clear_caches()
         gc.collect()
-        if isinstance(spec, HubSpec):
-            from calc.keras.hub import HubPlanModel
-
-            model = _WARM[family] = HubPlanModel(spec, config, remat)
-        else:
-            model = _WARM[family] = PlanModel(spec, config, remat)
+        make: Any = build or PlanModel
+        model = _WARM[family] = make(spec, config, remat)
     return {**model.plan(config.per_replica_batch, target_config), "warm": warm}

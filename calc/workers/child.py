@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
+from calc.hub import HubSpec
 from calc.keras.build import profile_catalogue_model, profile_model_file
 from calc.keras.plan import plan_in_process
 from calc.keras.step import measure_in_process
@@ -55,8 +56,14 @@ def _plan(request: dict[str, Any]) -> dict[str, Any]:
     # The model is kept across requests that differ only in the batch or the card.
     family = json.dumps([request["spec"], {**request["config"], "batch_size": 0}, request.get("remat")],
                         sort_keys=True)
-    return plan_in_process(plan_spec_from_dict(request["spec"]), config_from_dict(request["config"]),
-                           request["target_config"], request.get("remat"), family=family)
+    spec = plan_spec_from_dict(request["spec"])
+    build = None
+    if isinstance(spec, HubSpec):
+        from calc.keras.hub import HubPlanModel  # keras_hub is imported for KerasHub models alone
+
+        build = HubPlanModel
+    return plan_in_process(spec, config_from_dict(request["config"]), request["target_config"], request.get("remat"),
+                           family=family, build=build)
 
 
 def _build(request: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,9 @@ class XlaPlan:
     # What fills the temporaries at their peak, by kind and layer (``calc.xla.peak``): a compiled
     # plan's, where its compile kept it; None for a drawn plan.
     explained: PeakExplained | None = None
+    # Of ``weights_bytes``, the weights that train (LoRA's alone, the head's of a frozen backbone); 0 where
+    # the plan does not say.
+    trainable_weights_bytes: int = 0
 
     @property
     def compiled(self) -> bool:
@@ -101,6 +104,7 @@ def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> Xla
         compile_seconds=float(raw.get("compile_seconds", 0.0)) + float(raw.get("build_seconds", 0.0)),
         versions=f"jax {raw.get('jax', '?')}, keras {raw.get('keras', '?')}",
         explained=PeakExplained.of(raw.get("peak"), raw["temp_bytes"]),
+        trainable_weights_bytes=int(raw.get("trainable_bytes", 0)),
     )
 
 
