@@ -7,14 +7,25 @@ from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
-from dashboard.widgets import gpu_of
+from dashboard.widgets import gpu_of, sidebar_inputs
 from dashboard.xla_step import xla_answer_for
 from dashboard.xla_view import layers_line, xla_layer_rows, xla_layers_caption
 
 ensure_routed()
 charts.preload()
 st.title(tr("Where the memory goes, layer by layer"))
-inputs, profile = inputs_and_profile()
+inputs = sidebar_inputs()
+if inputs.source == "hub":  # a KerasHub model: XLA's plan by layer where it says what fills its peak
+    answer = xla_answer_for(inputs, gpu_of(inputs))
+    if answer is not None and answer.plan is not None and (hub_rows := xla_layer_rows(answer.plan, inputs)):
+        st.subheader(tr("XLA's plan at its peak, by layer"))
+        st.caption(xla_layers_caption(answer.plan, inputs))
+        st.dataframe(pd.DataFrame(hub_rows), hide_index=True)
+    else:
+        st.info(tr("What fills this KerasHub model's plan is not known on this server yet: the Estimator asks "
+                   "XLA for it after the plan itself, and this page shows it by layer then."))
+    st.stop()
+inputs, profile = inputs_and_profile(inputs)
 xla_rows = []
 if (answer := xla_answer_for(inputs, gpu_of(inputs))) is not None:
     st.info(layers_line(answer, views.walk_peak_bytes(profile, inputs), inputs))

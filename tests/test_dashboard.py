@@ -1274,9 +1274,11 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
     assert {k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
             for k in ("source", "hub", "seq_len", "lora_rank")} == {"source": "hub", "hub": "gemma2_2b_en",
                                                                     "seq_len": "512", "lora_rank": "4"}
-    for page in ("pages/layers.py", "pages/formula.py"):
-        other = app(HUB, page=page)
-        assert any("A KerasHub model is answered by XLA's plan on the Estimator page" in i.value for i in other.info)
+    other = app(HUB, page="pages/formula.py")
+    assert any("A KerasHub model is answered by XLA's plan on the Estimator page" in i.value for i in other.info)
+    layers = app(HUB, page="pages/layers.py")
+    assert any("What fills this KerasHub model's plan is not known on this server yet" in i.value
+               for i in layers.info)
     compare = app(HUB, page="pages/compare.py")
     assert not compare.exception and any("the sidebar's KerasHub model is answered on the Estimator" in i.value
                                          for i in compare.info)
@@ -1296,3 +1298,13 @@ def test_a_kerashub_link_with_no_plan_known_shows_no_number_and_says_why():
     assert any("a KerasHub model shows only the plans already compiled here" in i.value for i in at.info)
     short = app({**HUB, "hub": "gpt2_base_en", "seq_len": "4096"})  # GPT-2 takes 1,024 tokens
     assert not short.exception and short.number_input(key="seq_len").value == 1024
+
+
+def test_a_kerashub_plan_that_says_what_fills_its_peak_is_shown_by_layer():
+    raw = hub_analysis(1)
+    plan = put_hub_plan(explained(raw, activations=raw["temp_bytes"] // 2, gradients=raw["temp_bytes"] // 4))
+    layers = app(HUB, page="pages/layers.py")
+    assert not layers.exception
+    rows = dict(zip(layers.dataframe[0].value["layer"], layers.dataframe[0].value["total (GiB)"]))
+    assert rows["conv1"] == pytest.approx((raw["temp_bytes"] // 2 + raw["temp_bytes"] // 4) / GIB, abs=1e-4)
+    assert sum(rows.values()) == pytest.approx(plan.peak_bytes / GIB, abs=1e-3)
