@@ -248,6 +248,8 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     link's language and shows no number."""
     import json
 
+    from playwright.sync_api import expect
+
     locales = {}
     for path in (ROOT / "dashboard" / "locales").glob("*.json"):
         locales.update(json.loads(path.read_text(encoding="utf-8")))
@@ -264,7 +266,9 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     page.get_by_text(said).wait_for(timeout=180_000)
     assert page.get_by_text("gemma2_2b_en: ").first.is_visible()  # the setup's line, with its numbers
     sidebar = page.locator('[data-testid="stSidebar"]')
-    assert sidebar.get_by_role("spinbutton", name=tr("Sequence length (tokens)")).input_value() == "1024"
-    assert sidebar.get_by_role("spinbutton", name=tr("LoRA rank (0: train every weight)")).input_value() == "8"
+    # The widgets take the link's values as the page settles: waited for, not read once.
+    expect(sidebar.get_by_role("spinbutton", name=tr("Sequence length (tokens)"))).to_have_value("1024", timeout=60_000)
+    expect(sidebar.get_by_role("spinbutton", name=tr("LoRA rank (0: train every weight)"))).to_have_value(
+        "8", timeout=60_000)
     assert page.locator('[data-testid="stMetricValue"]').count() == 0
     browser.close()
