@@ -21,6 +21,7 @@ DTYPES = ("bfloat16", "float32", "mixed_bfloat16", "mixed_float16")  # Keras dty
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "mixed_bfloat16": 4, "mixed_float16": 4}  # a variable's bytes
 MAX_SEQUENCE = 1 << 17  # a sequence longer than this is refused before any compile
 MAX_LORA_RANK = 1024
+NO_ATTENTION = ("ResNet",)  # convolutional backbones: keras-hub's enable_lora finds no query or value
 MAX_CLASSES = 65_536  # a classifier's head is made with its weights (calc.keras.hub)
 
 
@@ -113,6 +114,8 @@ def make_hub_spec(preset: str, sequence_length: int | None = None, lora_rank: in
         sequence_length = 0
     if not 0 <= lora_rank <= MAX_LORA_RANK:
         raise ValueError(f"the LoRA rank must be 0 (none) to {MAX_LORA_RANK}. Received: {lora_rank}")
+    if lora_rank and model.family in NO_ATTENTION:
+        raise ValueError(f"{preset} has no attention projections for LoRA to adapt: set the LoRA rank to 0.")
     dtype = dtype or ("bfloat16" if model.task == "causal_lm" else "float32")
     if dtype not in DTYPES:
         raise ValueError(f"the dtype policy must be one of {', '.join(DTYPES)}. Received: {dtype!r}")
@@ -129,16 +132,18 @@ def lora_counts(model: HubModel, rank: int) -> tuple[int, int] | None:
     sets the layer trainable and freezes its kernel alone). None for a family whose attention this
     does not describe."""
     b = model.backbone
+    if "num_layers" not in b:  # a convolutional backbone
+        return None
     layers, hidden = b["num_layers"], b["hidden_dim"]
     if model.family in ("Gemma", "Gemma3", "Llama3", "Mistral", "Qwen", "Phi3"):
         heads, kv = b["num_query_heads"], b["num_key_value_heads"]
         head = b.get("head_dim") or hidden // heads
-    elif model.family in ("GPT2", "Bert", "Roberta", "ViT"):
+    elif model.family in ("GPT2", "Bert", "Roberta", "ViT", "DeiT"):
         heads = kv = b["num_heads"]
         head = hidden // heads
     else:
         return None
-    biased = model.family in ("GPT2", "Bert", "Roberta", "Qwen") or (model.family == "ViT" and
+    biased = model.family in ("GPT2", "Bert", "Roberta", "Qwen") or (model.family in ("ViT", "DeiT") and
                                                                        b.get("use_mha_bias", True))
     adapters = rank * (hidden * heads + head) + rank * (hidden * kv + head)
     return layers * adapters, layers * (heads + kv) * head if biased else 0

@@ -420,6 +420,8 @@ def hub_line(spec: HubSpec, inputs: Inputs) -> str:
     else:
         trains = tr("LoRA rank {rank} on every layer's query and value: {adapters:,} parameters train in float32, "
                     "the rest is frozen in {dtype}", rank=spec.lora_rank, adapters=counts[0], dtype=spec.dtype)
+    if model.task != "causal_lm":
+        trains = tr("{trains}; a new head of {classes} classes trains too", trains=trains, classes=spec.classes)
     return tr("{preset}: {params:,} parameters ({family}); {shape}; {trains}. The step is Keras's on the JAX backend "
               "(jit_compile=True), planned by XLA for the card from the model's figures, without its weights.",
               preset=spec.preset, params=model.params, family=model.family, shape=shape, trains=trains)

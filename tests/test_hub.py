@@ -22,7 +22,7 @@ def test_every_preset_names_its_sources_and_a_known_task():
     assert len(models) >= 20
     families = {m.family for m in models.values()}
     assert {"Gemma", "Gemma3", "Llama3", "Mistral", "Qwen", "Phi3", "GPT2", "Bert", "Roberta", "DebertaV3",
-            "ViT"} <= families
+            "ViT", "DeiT", "ResNet"} <= families
     for m in models.values():
         assert m.architecture_source.startswith("https://") and m.params_source.startswith("keras-hub ")
         assert m.task in ("causal_lm", "text_classifier", "image_classifier") and m.params > 0
@@ -37,7 +37,8 @@ def test_a_setup_is_checked_before_anything_is_built():
                        (dict(preset="vit_base_patch16_224_imagenet", sequence_length=128), "image model"),
                        (dict(preset="gemma_2b_en", dtype="int8"), "dtype policy"),
                        (dict(preset="gemma_2b_en", lora_rank=5000), "LoRA rank"),
-                       (dict(preset="bert_base_en_uncased", classes=10**7), "classes")]:
+                       (dict(preset="bert_base_en_uncased", classes=10**7), "classes"),
+                       (dict(preset="resnet_50_imagenet", lora_rank=4), "no attention projections")]:
         with pytest.raises(ValueError, match=words):
             make_hub_spec(**bad)
 
@@ -74,7 +75,7 @@ def _in_a_plan_child(code: str) -> dict:
 @needs_plan
 @pytest.mark.keras
 def test_every_preset_is_built_without_its_weights_to_its_published_parameter_count():
-    """26 presets, 73 billion parameters in all, built in one process that stays near a gigabyte:
+    """30 presets, 73 billion parameters in all, built in one process that stays near a gigabyte:
     no weight is made, and each model has exactly the parameters keras-hub publishes for it."""
     answer = _in_a_plan_child(
         "import json, resource\n"
@@ -89,6 +90,8 @@ def test_every_preset_is_built_without_its_weights_to_its_published_parameter_co
     # LoRA's trainable parameters are what its shapes imply, for every family the formula describes.
     described = {p: lora_parameters(m, 4) for p, m in hub_models().items() if lora_parameters(m, 4) is not None}
     assert len(described) >= 20 and described == {p: answer["lora"][p] for p in described}
+    assert {p: answer["lora"][p] for p, m in hub_models().items() if m.family == "ResNet"} == {
+        "resnet_18_imagenet": 0, "resnet_50_imagenet": 0}  # no attention: LoRA would train nothing
     assert sum(answer["counts"].values()) > 70e9 and answer["rss"] < 3 * 2**30
 
 
@@ -193,3 +196,16 @@ def test_max_seq_searches_the_plans_of_each_length(monkeypatch, tmp_path, capsys
     assert out["exceeds"] - out["max_sequence_length"] <= max(1, out["max_sequence_length"] // 64)
     assert main(["max-seq", "--model", "vit_base_patch16_224_imagenet", "--gpu", "t4"]) == 2
     assert "image model" in capsys.readouterr().err
+
+
+@needs_plan
+@pytest.mark.keras
+def test_an_image_classifier_plans_with_its_new_head(tmp_path, monkeypatch):
+    """ResNet-18 from its figures, a new head of 2 classes, batch 2 on a T4: every weight, the head's too,
+    in float32, and no LoRA for a network without attention."""
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = make_hub_spec("resnet_18_imagenet")
+    plan = xla.compute_plan(spec, TrainingConfig(batch_size=2, optimizer="sgd", device="gpu"), "t4")
+    assert plan.peak_bytes == sum(plan.components().values())
+    assert plan.weights_bytes == 4 * (11_186_112 + 512 * 2 + 2)  # the backbone, then Dense(2) on 512 features
+    assert plan.input_batch_bytes == 2 * 224 * 224 * 3 * 4 + 2 * 4  # float32 images, int32 labels

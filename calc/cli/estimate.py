@@ -215,6 +215,7 @@ def _estimate_hub(args: argparse.Namespace) -> int:
         raise ValueError(f"the XLA plan is unavailable: {reason}")
     model = spec.model
     lora = lora_parameters(model, spec.lora_rank) if spec.lora_rank else None
+    head = "" if model.task == "causal_lm" else f", and the new head of {spec.classes} classes"
     setup = {"preset": spec.preset, "task": model.task, "params": model.params, "sequence_length": spec.sequence_length,
              "lora_rank": spec.lora_rank or None, "lora_params": lora, "dtype": spec.dtype,
              "classes": spec.classes if model.task != "causal_lm" else None,
@@ -222,7 +223,7 @@ def _estimate_hub(args: argparse.Namespace) -> int:
     notes = [f"  {model.preset}: {model.params:,} parameters ({model.description}); "
              + (f"{spec.sequence_length} tokens per example; " if model.text else "")
              + (f"LoRA rank {spec.lora_rank} on every layer's query and value: {lora:,} trainable parameters, "
-                f"float32; the rest frozen in {spec.dtype}" if lora is not None else
+                f"float32{head}; the rest frozen in {spec.dtype}" if lora is not None else
                 f"every weight trained, in {spec.dtype}")]
     return _print_plan(args, spec.key, config, gpu, plan, hub=setup, notes=notes)
 

@@ -123,7 +123,8 @@ class HubPlanModel(PlanModel):
         started = fresh_session(remat)
         task = hub_training_model(spec, config, remat)
         x, y, weights = batch_structure(task, 1, max(1, spec.sequence_length))
-        one = keras.tree.map_structure(lambda s: np.zeros(s.shape, s.dtype), (x, y, weights))
+        zeros = lambda tree: keras.tree.map_structure(lambda s: np.zeros(s.shape, s.dtype), tree)  # noqa: E731
+        one = (zeros(x), zeros(y), None if weights is None else zeros(weights))
         with _deferred():  # the optimizer's slots and the metrics' variables, deferred too
             task._symbolic_build(data_batch=one)
         groups = (task.trainable_variables, task.non_trainable_variables, task.optimizer.variables,
