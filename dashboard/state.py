@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
-from calc.hub import DTYPES, MAX_LORA_RANK, MAX_SEQUENCE, hub_models
+from calc.hub import DTYPES, MAX_CLASSES, MAX_LORA_RANK, MAX_SEQUENCE, hub_models
 from calc.types import Device, Optimizer, Precision, TrainMode
 from calc.xla import REMAT_MODES
 from dashboard.i18n import LANGUAGES, tr
@@ -54,6 +54,7 @@ class Inputs:
     seq_len: int = 512  # a KerasHub text model's tokens per example
     lora_rank: int = 4  # LoRA's rank (backbone.enable_lora); 0 trains every weight
     hub_dtype: str = "auto"  # the dtype policy a KerasHub model is built under ("auto": its task's default)
+    hub_classes: int = 2  # a KerasHub classifier's new head
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -135,6 +136,7 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
         "seq_len": lambda t: _int("seq_len", t, 1, MAX_SEQUENCE),
         "lora_rank": lambda t: _int("lora_rank", t, 0, MAX_LORA_RANK),
         "hub_dtype": lambda t: _choice("hub_dtype", t, HUB_DTYPES),
+        "hub_classes": lambda t: _int("hub_classes", t, 1, MAX_CLASSES),
     }
     for key, raw in params.items():
         if key not in parsers:

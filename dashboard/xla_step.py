@@ -81,7 +81,7 @@ def hub_spec_of(inputs: Inputs) -> HubSpec:
     """The KerasHub setup the inputs name. Raises ``ValueError`` (one line) for one the model cannot take."""
     model = hub_models()[inputs.hub]
     return make_hub_spec(inputs.hub, inputs.seq_len if model.text else None, inputs.lora_rank,
-                         None if inputs.hub_dtype == "auto" else inputs.hub_dtype)
+                         None if inputs.hub_dtype == "auto" else inputs.hub_dtype, inputs.hub_classes)
 
 
 def not_applicable(inputs: Inputs) -> str | None:

@@ -1298,6 +1298,10 @@ def test_a_kerashub_link_with_no_plan_known_shows_no_number_and_says_why():
     assert any("a KerasHub model shows only the plans already compiled here" in i.value for i in at.info)
     short = app({**HUB, "hub": "gpt2_base_en", "seq_len": "4096"})  # GPT-2 takes 1,024 tokens
     assert not short.exception and short.number_input(key="seq_len").value == 1024
+    bert = app({**HUB, "hub": "bert_base_en_uncased", "hub_classes": "5"})  # a classifier: its head's classes
+    assert not bert.exception and bert.number_input(key="hub_classes").value == 5
+    assert any("a new head of 5 classes trains too" in c.value for c in bert.caption)
+    assert not any(n.key == "hub_classes" for n in app(HUB).number_input)  # a causal LM has no head to add
 
 
 def test_a_kerashub_plan_that_says_what_fills_its_peak_is_shown_by_layer():
