@@ -55,6 +55,7 @@ class Inputs:
     lora_rank: int = 4  # LoRA's rank (backbone.enable_lora); 0 trains every weight
     hub_dtype: str = "auto"  # the dtype policy a KerasHub model is built under ("auto": its task's default)
     hub_classes: int = 2  # a KerasHub classifier's new head
+    hub_frozen: bool = False  # a KerasHub classifier's backbone frozen: the new head alone trains
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -137,6 +138,7 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
         "lora_rank": lambda t: _int("lora_rank", t, 0, MAX_LORA_RANK),
         "hub_dtype": lambda t: _choice("hub_dtype", t, HUB_DTYPES),
         "hub_classes": lambda t: _int("hub_classes", t, 1, MAX_CLASSES),
+        "hub_frozen": lambda t: _bool("hub_frozen", t),
     }
     for key, raw in params.items():
         if key not in parsers:

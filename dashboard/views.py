@@ -16,6 +16,7 @@ from calc.estimate import (
 )
 from calc import caveats
 from calc.gpus import GpuPreset
+from calc.hub import hub_models
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
 from dashboard.figures import LABELS, bar_parts
@@ -26,10 +27,16 @@ from dashboard.state import Inputs
 CURVE_MAX = 4096
 
 
+def hub_frozen(inputs: Inputs) -> bool:
+    """Whether a KerasHub classifier's backbone is frozen (a causal LM has no new head to train alone)."""
+    return inputs.source == "hub" and inputs.hub_frozen and hub_models()[inputs.hub].task != "causal_lm"
+
+
 def config_of(inputs: Inputs) -> TrainingConfig:
     """The engine's config; a KerasHub model's precision is its dtype policy (``calc.hub.HubSpec``), its step
     a GPU's, and what trains its LoRA rank's, so the hidden inputs of the other models do not enter it."""
     hub = inputs.source == "hub"
+    mode = ("frozen_backbone" if hub_frozen(inputs) else "all") if hub else inputs.train_mode
     return TrainingConfig(
         batch_size=inputs.batch_size,
         optimizer=inputs.optimizer,
@@ -37,7 +44,7 @@ def config_of(inputs: Inputs) -> TrainingConfig:
                                            centered=inputs.centered, use_ema=inputs.ema),
         gradient_accumulation_steps=inputs.grad_accum,
         precision="float32" if hub else inputs.precision,
-        train_mode="all" if hub else inputs.train_mode,
+        train_mode=mode,
         last_n_layers=inputs.last_n if inputs.train_mode == "last_n" and not hub else 0,
         num_gpus=inputs.num_gpus,
         device="gpu" if hub else inputs.device,

@@ -18,8 +18,8 @@ from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
 from dashboard.state import Inputs
-from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, remat_mode, shown_walk, unit_divisor, walk_curve,
-                             x_axis_end)
+from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, hub_frozen, remat_mode, shown_walk,
+                             unit_divisor, walk_curve, x_axis_end)
 
 
 @dataclass(frozen=True)
@@ -408,7 +408,9 @@ def hub_line(spec: HubSpec, inputs: Inputs) -> str:
     counts = lora_counts(model, spec.lora_rank) if spec.lora_rank else None
     shape = (tr("{tokens:,} tokens per example", tokens=spec.sequence_length) if model.text else
              tr("{size} px images", size="x".join(map(str, (model.image_shape or ())[:2]))))
-    if not spec.lora_rank:
+    if hub_frozen(inputs):
+        trains = tr("the backbone is frozen, in {dtype}", dtype=spec.dtype)
+    elif not spec.lora_rank:
         trains = tr("every weight trains, in {dtype}", dtype=spec.dtype)
     elif counts is None:
         trains = tr("LoRA rank {rank} on every layer's query and value, the rest frozen in {dtype}",
@@ -420,7 +422,9 @@ def hub_line(spec: HubSpec, inputs: Inputs) -> str:
     else:
         trains = tr("LoRA rank {rank} on every layer's query and value: {adapters:,} parameters train in float32, "
                     "the rest is frozen in {dtype}", rank=spec.lora_rank, adapters=counts[0], dtype=spec.dtype)
-    if model.task != "causal_lm":
+    if model.task != "causal_lm" and hub_frozen(inputs):
+        trains = tr("{trains}; a new head of {classes} classes alone trains", trains=trains, classes=spec.classes)
+    elif model.task != "causal_lm":
         trains = tr("{trains}; a new head of {classes} classes trains too", trains=trains, classes=spec.classes)
     return tr("{preset}: {params:,} parameters ({family}); {shape}; {trains}. The step is Keras's on the JAX backend "
               "(jit_compile=True), planned by XLA for the card from the model's figures, without its weights.",

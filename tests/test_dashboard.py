@@ -1302,6 +1302,12 @@ def test_a_kerashub_link_with_no_plan_known_shows_no_number_and_says_why():
     assert not bert.exception and bert.number_input(key="hub_classes").value == 5
     assert any("a new head of 5 classes trains too" in c.value for c in bert.caption)
     assert not any(n.key == "hub_classes" for n in app(HUB).number_input)  # a causal LM has no head to add
+    frozen = app({**HUB, "hub": "bert_base_en_uncased", "hub_frozen": "true"})  # the head alone: no LoRA to set
+    assert any("the backbone is frozen, in float32; a new head of 2 classes alone trains" in c.value
+               for c in frozen.caption) and not any(n.key == "lora_rank" for n in frozen.number_input)
+    resnet = app({**HUB, "hub": "resnet_50_imagenet"})  # no attention: no LoRA, whatever the link says
+    assert not resnet.exception and not resnet.error and not any(n.key == "lora_rank" for n in resnet.number_input)
+    assert any("every weight trains, in float32" in c.value for c in resnet.caption)
 
 
 def test_a_kerashub_plan_that_says_what_fills_its_peak_is_shown_by_layer():

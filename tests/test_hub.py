@@ -141,6 +141,8 @@ def test_the_command_line_refuses_what_a_hub_model_cannot_take(capsys):
     assert "answered by XLA's plan" in capsys.readouterr().err
     assert main(["estimate", "--model", "gemma_2b_en"]) == 2
     assert "add --gpu PRESET" in capsys.readouterr().err
+    assert main(["estimate", "--model", "gemma_2b_en", "--frozen-backbone", "--gpu", "t4"]) == 2
+    assert "a causal LM has none" in capsys.readouterr().err
     assert main(["estimate", "--model", "ResNet50", "--lora-rank", "4"]) == 2
     assert "--lora-rank set up a KerasHub model" in capsys.readouterr().err
     assert main(["models", "--hub", "--json"]) == 0

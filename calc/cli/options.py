@@ -207,6 +207,9 @@ def hub_spec_and_config(args: argparse.Namespace) -> tuple[HubSpec, TrainingConf
         raise ValueError(f"a KerasHub model is set up by --seq-len, --lora-rank, --dtype, --classes and "
                          f"--frozen-backbone; drop {', '.join(given)}.")
     spec = make_hub_spec(args.model, args.seq_len, args.lora_rank or 0, args.dtype, args.classes or 2)
+    if args.frozen_backbone and (spec.lora_rank or spec.model.task == "causal_lm"):
+        raise ValueError("--frozen-backbone trains a classifier's new head alone: a causal LM has none, and LoRA's "
+                         "weights would be frozen with the backbone.")
     return spec, config_from_args(args)
 
 
