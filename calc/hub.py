@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 HUB_DATA = Path(__file__).resolve().parent / "data" / "hub_models.json"
-TASKS = ("causal_lm", "text_classifier", "image_classifier")
 DTYPES = ("bfloat16", "float32", "mixed_bfloat16", "mixed_float16")  # Keras dtype policies
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "mixed_bfloat16": 4, "mixed_float16": 4}  # a variable's bytes
 MAX_SEQUENCE = 1 << 17  # a sequence longer than this is refused before any compile
@@ -31,7 +30,7 @@ class HubModel:
 
     preset: str
     family: str  # keras_hub.models.<family>Backbone, <family>CausalLM / TextClassifier / ImageClassifier
-    task: str  # one of TASKS
+    task: str  # "causal_lm", "text_classifier" or "image_classifier"
     params: int  # as keras-hub publishes it for the preset (the backbone's)
     description: str
     backbone: dict[str, Any] = field(hash=False)  # the backbone's keyword arguments
@@ -47,6 +46,11 @@ class HubModel:
         """The longest sequence the backbone takes where it has learned positions (GPT-2, BERT), else None."""
         return self.backbone.get("max_sequence_length") if self.family in ("GPT2", "Bert", "Roberta",
                                                                            "DebertaV3") else None
+
+    @property
+    def sequence_limit(self) -> int:
+        """The longest sequence a setup may ask of this model: its learned positions', else ``MAX_SEQUENCE``."""
+        return self.max_sequence or MAX_SEQUENCE
 
     @property
     def image_shape(self) -> tuple[int, ...] | None:
@@ -105,8 +109,8 @@ def make_hub_spec(preset: str, sequence_length: int | None = None, lora_rank: in
     model = models[preset]
     if model.text:
         sequence_length = 512 if sequence_length is None else sequence_length
-        if not 1 <= sequence_length <= (model.max_sequence or MAX_SEQUENCE):
-            raise ValueError(f"{preset} takes sequences of 1 to {model.max_sequence or MAX_SEQUENCE:,} tokens. "
+        if not 1 <= sequence_length <= model.sequence_limit:
+            raise ValueError(f"{preset} takes sequences of 1 to {model.sequence_limit:,} tokens. "
                              f"Received: {sequence_length}")
     elif sequence_length:
         raise ValueError(f"{preset} is an image model: it takes no sequence length.")
@@ -122,6 +126,12 @@ def make_hub_spec(preset: str, sequence_length: int | None = None, lora_rank: in
     if not 1 <= classes <= MAX_CLASSES:
         raise ValueError(f"classes must be 1 to {MAX_CLASSES:,}. Received: {classes}")
     return HubSpec(preset, sequence_length, lora_rank, dtype, classes)
+
+
+def lora_applies(model: HubModel, frozen: bool) -> bool:
+    """Whether LoRA has anything to adapt: the backbone has attention, and is not frozen for a classifier's
+    new head to train alone (a causal LM has no new head, so ``frozen`` does not apply to it)."""
+    return model.family not in NO_ATTENTION and not (frozen and model.task != "causal_lm")
 
 
 def lora_counts(model: HubModel, rank: int) -> tuple[int, int] | None:

@@ -18,7 +18,7 @@ from dashboard.widgets import sidebar_inputs
 
 def inputs_and_profile(inputs: Inputs | None = None) -> tuple[Inputs, ModelProfile]:
     """The sidebar's inputs (``inputs`` where the page read them already) and the model's profile. A
-    KerasHub model has none: its answer is XLA's plan, on the Estimator (``dashboard.hub``)."""
+    KerasHub model has none: its answer is XLA's plan, on the Estimator (``dashboard.xla_step.hub_view``)."""
     inputs = inputs or sidebar_inputs()
     if inputs.source == "hub":
         st.info(tr("A KerasHub model is answered by XLA's plan on the Estimator page. This page covers Keras "

@@ -7,7 +7,7 @@ import streamlit as st
 from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
 from calc.facts.optimizers import applicable_options
-from calc.hub import MAX_CLASSES, MAX_LORA_RANK, MAX_SEQUENCE, NO_ATTENTION, hub_models
+from calc.hub import MAX_CLASSES, MAX_LORA_RANK, hub_models, lora_applies
 from dashboard.i18n import LANGUAGES, mark, tr
 from dashboard.state import (
     DEVICES,
@@ -111,14 +111,14 @@ def _hub_inputs(sb) -> None:
                  format_func=lambda name: f"{name} ({models[name].params / 1e9:.2f} B)")
     model = models[st.session_state["hub"]]
     if model.text:
-        longest = model.max_sequence or MAX_SEQUENCE
+        longest = model.sequence_limit
         st.session_state["seq_len"] = min(st.session_state["seq_len"], longest)  # GPT-2 and BERT stop at theirs
         sb.number_input(tr("Sequence length (tokens)"), min_value=1, max_value=longest, step=128, key="seq_len")
     if model.task != "causal_lm":
         sb.number_input(tr("Classes (the classifier's new head)"), min_value=1, max_value=MAX_CLASSES,
                         key="hub_classes")
         sb.checkbox(tr("Freeze the backbone (the new head alone trains)"), key="hub_frozen")
-    if model.family not in NO_ATTENTION and not (model.task != "causal_lm" and st.session_state["hub_frozen"]):
+    if lora_applies(model, st.session_state["hub_frozen"]):
         sb.number_input(tr("LoRA rank (0: train every weight)"), min_value=0, max_value=MAX_LORA_RANK,
                         key="lora_rank", help=tr("backbone.enable_lora(rank): the query and value projections gain "
                                                  "two float32 factors each, and only those (and the projections' "

@@ -15,7 +15,7 @@ import streamlit as st
 
 from calc import xla
 from calc.gpus import GpuPreset
-from calc.hub import NO_ATTENTION, HubSpec, hub_models, make_hub_spec
+from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
 from dashboard import views, xla_jobs
 from dashboard.i18n import language, set_language, tr
@@ -80,7 +80,7 @@ def setup_of(inputs: Inputs, remat: str | None = None) -> Setup:
 def hub_spec_of(inputs: Inputs) -> HubSpec:
     """The KerasHub setup the inputs name. Raises ``ValueError`` (one line) for one the model cannot take."""
     model = hub_models()[inputs.hub]
-    rank = 0 if model.family in NO_ATTENTION or views.hub_frozen(inputs) else inputs.lora_rank  # no LoRA input shown
+    rank = inputs.lora_rank if lora_applies(model, inputs.hub_frozen) else 0  # else the sidebar shows no LoRA
     return make_hub_spec(inputs.hub, inputs.seq_len if model.text else None, rank,
                          None if inputs.hub_dtype == "auto" else inputs.hub_dtype, inputs.hub_classes)
 

@@ -15,26 +15,25 @@ ensure_routed()
 charts.preload()
 st.title(tr("Where the memory goes, layer by layer"))
 inputs = sidebar_inputs()
-if inputs.source == "hub":  # a KerasHub model: XLA's plan by layer where it says what fills its peak
-    answer = xla_answer_for(inputs, gpu_of(inputs))
-    if answer is not None and answer.plan is not None and (hub_rows := xla_layer_rows(answer.plan, inputs)):
-        st.subheader(tr("XLA's plan at its peak, by layer"))
-        st.caption(xla_layers_caption(answer.plan, inputs))
-        st.dataframe(pd.DataFrame(hub_rows), hide_index=True)
-    else:
+# A KerasHub model has no walk: XLA's plan by layer alone.
+profile = None if inputs.source == "hub" else inputs_and_profile(inputs)[1]
+answer = xla_answer_for(inputs, gpu_of(inputs))
+if answer is not None and profile is not None:
+    st.info(layers_line(answer, views.walk_peak_bytes(profile, inputs), inputs))
+xla_rows = xla_layer_rows(answer.plan, inputs) if answer is not None and answer.plan is not None else []
+if xla_rows:
+    assert answer is not None and answer.plan is not None
+    st.subheader(tr("XLA's plan at its peak, by layer"))
+    st.caption(xla_layers_caption(answer.plan, inputs))
+    st.dataframe(pd.DataFrame(xla_rows), hide_index=True)
+if profile is None:
+    if not xla_rows:
         st.info(tr("What fills this KerasHub model's plan is not known on this server yet: the Estimator asks "
                    "XLA for it after the plan itself, and this page shows it by layer then."))
     st.stop()
-inputs, profile = inputs_and_profile(inputs)
-xla_rows = []
-if (answer := xla_answer_for(inputs, gpu_of(inputs))) is not None:
-    st.info(layers_line(answer, views.walk_peak_bytes(profile, inputs), inputs))
-    if answer.plan is not None and (xla_rows := xla_layer_rows(answer.plan, inputs)):
-        st.subheader(tr("XLA's plan at its peak, by layer"))
-        st.caption(xla_layers_caption(answer.plan, inputs))
-        st.dataframe(pd.DataFrame(xla_rows), hide_index=True)
-        st.subheader(tr("The graph-executor walk, layer by layer"))
-if not xla_rows:  # the walk's peak is the number shown: its parts first
+if xla_rows:
+    st.subheader(tr("The graph-executor walk, layer by layer"))
+else:  # the walk's peak is the number shown: its parts first
     phase, peak_rows = views.walk_peak_rows(profile, inputs)
     st.subheader(tr("The walk's peak, part by part"))
     st.caption(tr("The graph executor's step peaks at {phase}; its parts sum to the peak. Below, the ledger of what "

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 from calc.catalogue import ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
-from calc.hub import HubSpec, make_hub_spec
+from calc.hub import DTYPES, HubSpec, make_hub_spec
 from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from calc.xla import REMAT_MODES
 
@@ -99,7 +99,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="a KerasHub text model's tokens per example (default 512)")
     p.add_argument("--lora-rank", type=positive, help="a KerasHub model's backbone.enable_lora(rank): only LoRA's "
                                                      "weights train")
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "mixed_bfloat16", "mixed_float16"],
+    p.add_argument("--dtype", choices=DTYPES,
                    help="the dtype policy a KerasHub model is built under (default: bfloat16 for a causal LM, as "
                         "Keras's LoRA guides load Gemma; float32 otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -122,7 +122,8 @@ class HubPlanModel(PlanModel):
 
         started = fresh_session(remat)
         task = hub_training_model(spec, config, remat)
-        x, y, weights = batch_structure(task, 1, max(1, spec.sequence_length))
+        self._sequence = max(1, spec.sequence_length)  # an image model's inputs have no unknown length
+        x, y, weights = batch_structure(task, 1, self._sequence)
         zeros = lambda tree: keras.tree.map_structure(lambda s: np.zeros(s.shape, s.dtype), tree)  # noqa: E731
         one = (zeros(x), zeros(y), None if weights is None else zeros(weights))
         with _deferred():  # the optimizer's slots and the metrics' variables, deferred too
@@ -130,7 +131,6 @@ class HubPlanModel(PlanModel):
         groups = (task.trainable_variables, task.non_trainable_variables, task.optimizer.variables,
                   task.metrics_variables)
         self._state = tuple([jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in group] for group in groups)
-        self._sequence = spec.sequence_length
         # A backbone's variables are named by their own layer (".../decoder_block_0/attention/query/kernel").
         self._keep(task, groups, lambda path: path.split("/")[-2] if "/" in path else path)
         self.trainable_params = sum(math.prod(v.shape) for v in task.trainable_variables)
@@ -140,7 +140,7 @@ class HubPlanModel(PlanModel):
     def batch(self, batch: int, sharding: Any) -> Any:
         import jax
 
-        data = batch_structure(self._model, batch, max(1, self._sequence))
+        data = batch_structure(self._model, batch, self._sequence)
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), data)
 
     def plan(self, batch: int, target_config: str) -> dict[str, Any]:

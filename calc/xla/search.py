@@ -82,9 +82,6 @@ def plan_max_batch(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig
                        answer.exceeds, peak(answer.batch), peak(answer.exceeds))
 
 
-
-
-
 @dataclass(frozen=True)
 class XlaMaxSequence:
     """The longest sequence whose compiled plan fits at one batch, and how it was found."""
@@ -138,9 +135,7 @@ def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usabl
     """The longest sequence a KerasHub text model trains at ``config``'s per-device batch within
     ``usable_bytes``, by compiling XLA's plan at each length the search tries (a length's plan is
     its own family: attention makes the plan grow faster than the sequence, so no line is drawn)."""
-    from calc.hub import MAX_SEQUENCE
-
     one = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
     return longest_fitting(lambda n: compute_plan(replace(spec, sequence_length=n), one, gpu_key, remat,
                                                   **kwargs).peak_bytes,
-                           usable_bytes, spec.sequence_length, spec.model.max_sequence or MAX_SEQUENCE)
+                           usable_bytes, spec.sequence_length, spec.model.sequence_limit)
