@@ -211,3 +211,76 @@ def test_an_image_classifier_plans_with_its_new_head(tmp_path, monkeypatch):
     assert plan.peak_bytes == sum(plan.components().values())
     assert plan.weights_bytes == 4 * (11_186_112 + 512 * 2 + 2)  # the backbone, then Dense(2) on 512 features
     assert plan.input_batch_bytes == 2 * 224 * 224 * 3 * 4 + 2 * 4  # float32 images, int32 labels
+
+
+@pytest.mark.keras
+def test_attention_is_chosen_as_on_the_card():
+    """Keras takes cuDNN's flash attention on an Ampere or newer card for bfloat16 heads of at most 128
+    (256 from Hopper on), and KerasHub's Gemma asks for the fused op on a GPU other than a T4 and
+    without a logit soft cap: the plan's child answers those questions as the card would."""
+    code = """
+import json
+import jax.numpy as jnp
+from calc.keras.hub import answer_as_the_card
+from calc.xla.targets import target_for
+from keras.src.backend.jax.nn import _can_use_flash_attention
+from keras_hub.src.models.gemma.gemma_attention import CachedGemmaAttention
+out = {}
+for card in ("t4", "a100-40", "l4", "h100-80"):
+    answer_as_the_card(target_for(card).config_text())
+    head64, head256 = jnp.zeros((1, 128, 8, 64), "bfloat16"), jnp.zeros((1, 128, 8, 256), "bfloat16")
+    plain = CachedGemmaAttention(head_dim=256, num_query_heads=8, num_key_value_heads=1)
+    capped = CachedGemmaAttention(head_dim=256, num_query_heads=8, num_key_value_heads=1, logit_soft_cap=50.0)
+    out[card] = [bool(_can_use_flash_attention(head64, head64, head64, None)),
+                 bool(_can_use_flash_attention(head256, head256, head256, None)),
+                 plain._use_fused_attention_op(), capped._use_fused_attention_op()]
+print(json.dumps(out))
+"""
+    assert _in_a_plan_child(code) == {"t4": [False, False, False, False], "a100-40": [True, False, True, False],
+                                      "l4": [True, False, True, False], "h100-80": [True, True, True, False]}
+
+
+@needs_plan
+@pytest.mark.keras
+def test_flash_attention_keeps_no_score_matrices_on_an_ampere_card():
+    """Qwen 2.5 0.5B (24 layers, 14 query heads of 64) with LoRA at 1,024 tokens in bfloat16 on an L4:
+    the step Keras runs there calls cuDNN's flash attention, and plans at least a layer's
+    probabilities (14 x 1024 x 1024 bfloat16) a layer less than the step with XLA's attention,
+    which the same card gets where cuDNN is missing."""
+    code = """
+import json
+import jax
+from jax._src.cudnn import fused_attention_stablehlo as cudnn
+from calc.hub import make_hub_spec
+from calc.keras.hub import HubPlanModel
+from calc.types import TrainingConfig
+from calc.xla.targets import target_for
+model = HubPlanModel(make_hub_spec("qwen2.5_0.5b_en", 1024, 4, "bfloat16"),
+                     TrainingConfig(batch_size=1, optimizer="adamw", device="gpu"))
+card = target_for("l4").config_text()
+flash = model.plan(1, card)["temp_bytes"]
+def missing():
+    raise RuntimeError("cuDNN is not detected.")
+cudnn.check_cudnn_version = missing
+jax.clear_caches()
+print(json.dumps([flash, model._step.lower(*[jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype,
+    sharding=model._sharding(card)), model._state)], model.batch(1, model._sharding(card))).compile()
+    .memory_analysis().temp_size_in_bytes]))
+"""
+    flash, xla_attention = _in_a_plan_child(code)
+    probabilities = 24 * 14 * 1024 * 1024 * 2
+    assert xla_attention - flash >= probabilities, (flash, xla_attention)
+
+
+@needs_plan
+@pytest.mark.keras
+def test_a_t4_refuses_bfloat16_attention_in_one_line(tmp_path, monkeypatch):
+    """Qwen's attention multiplies bfloat16 matrices with float32 sums, which XLA compiles only for
+    compute capability 8.0 or newer: on a T4 (7.5) the plan says so and what to choose instead."""
+    from calc.xla.plan import PlanError
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = make_hub_spec("qwen2.5_0.5b_en", 128, 4, "bfloat16")
+    request, key = xla.family_request(spec, TrainingConfig(batch_size=1, optimizer="adamw", device="gpu"), "t4")
+    with pytest.raises(PlanError, match="compute capability 8.0.*choose float32 or mixed_float16"):
+        compile_request(request, key)

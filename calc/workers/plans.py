@@ -62,6 +62,10 @@ def _raise_for(reply: Reply, timeout_s: float, max_rss_bytes: int, tail: str) ->
     if reply.failure == "memory":
         raise PlanError(f"the compile passed its memory budget of {gib(max_rss_bytes)} and was stopped")
     if reply.refusal is not None:
+        if "ALG_DOT_BF16_BF16_F32" in reply.refusal:  # xla/service/algorithm_util.cc: cuBLAS from Ampere on
+            raise PlanError("XLA cannot compile this step for this card: it multiplies bfloat16 matrices with "
+                            "float32 sums, which XLA runs only on compute capability 8.0 (Ampere) or newer. "
+                            "A real card of this kind refuses it too; choose float32 or mixed_float16 for it")
         raise PlanError(f"XLA could not compile this step: {_one_line(reply.refusal)}")
     if reply.failure:
         raise PlanError(f"the compile failed: {_one_line(tail)}")
