@@ -155,6 +155,36 @@ def curve_figure(curve, capacity: int, usable: int, best: int, divisor: float, u
     return fig
 
 
+def sequence_figure(view, divisor: float, unit: str) -> go.Figure:
+    """The plans a search for the longest sequence compiled (``dashboard.xla_view.SequenceView``),
+    as points with no line between them, against the card; the page's length and the longest that
+    fits are marked."""
+    fig = go.Figure()
+    fig.add_scatter(x=[n for n, _ in view.points], y=[b / divisor for _, b in view.points], mode="markers",
+                    name=tr("XLA plan (compiled)"), marker=dict(size=9, symbol="circle-open", color=PLAN_COLOR,
+                                                                line=dict(width=2)),
+                    hovertemplate=tr("XLA plan, {tokens} tokens: {memory}", tokens="%{x}",
+                                     memory=f"%{{y:.2f}} {unit}") + "<extra></extra>")
+    lines = [(view.capacity_bytes / divisor, "dash", NEUTRAL, tr("GPU memory"), "top left")]
+    if view.usable_bytes != view.capacity_bytes:
+        lines.append((view.usable_bytes / divisor, "dot", NEUTRAL, tr("with safety margin"), "bottom right"))
+    _hlines(fig, lines)
+    at = dict(view.points)
+    if view.current in at:
+        fig.add_scatter(x=[view.current], y=[at[view.current] / divisor], mode="markers",
+                        name=tr("{tokens} tokens", tokens=view.current), marker=dict(size=12, color="#E45756"))
+    if view.longest and view.longest in at:
+        fig.add_scatter(x=[view.longest], y=[at[view.longest] / divisor], mode="markers",
+                        name=tr("longest that fits: {tokens}", tokens=view.longest),
+                        marker=dict(size=12, symbol="diamond", color="#54A24B"))
+    top = max([1.3 * view.capacity_bytes] + [1.1 * b for _, b in view.points if b < 2 * view.capacity_bytes])
+    fig.update_layout(xaxis_title=tr("sequence length (tokens)"), yaxis_title=unit, height=420,
+                      margin=dict(t=30, b=30), yaxis_range=[0, top / divisor], xaxis_type="log",
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top",
+                                  bgcolor="rgba(0,0,0,0)"))
+    return fig
+
+
 def layers_figure(names, kept_bytes, divisor: float, unit: str) -> go.Figure:
     fig = go.Figure(go.Bar(x=[k / divisor for k in kept_bytes], y=[plain_label(n) for n in names], orientation="h",
                            marker_color=COLORS["activations"]))

@@ -38,6 +38,7 @@ from calc.types import TrainingConfig
 from calc.workers.failures import FailureMemory
 from calc.workers.plans import PlanBusy, PlanCancelled, PlanWorker
 from calc.xla.compute import compile_request
+from calc.xla.search import XlaMaxSequence, sequence_search
 
 COMPILES_ENV = "CALC_XLA_COMPILES"
 WORKERS_ENV = "CALC_XLA_WORKERS"
@@ -96,17 +97,42 @@ class Kind(IntEnum):
     SEARCH = 2  # the search for the largest batch
     REFINE = 3  # the page's batch, drawn on the line: its own plan replaces the drawn point
     EXPLAIN = 4  # the page's batch, planned without what fills its peak (a shipped plan): compiled again to say it
+    SEQUENCE = 5  # the search for the longest sequence at the page's batch (a KerasHub text model)
 
 
 @dataclass(frozen=True)
 class Want:
-    """One thing a page waits for; ``next_batch`` is the compile it needs now."""
+    """One thing a page waits for; ``next_task`` is the compile it needs now."""
 
     setup: Setup
     kind: Kind
-    batch: int = 0  # PLAN, REFINE
-    budget_bytes: int = 0  # SEARCH: what the plan may take
+    batch: int = 0  # PLAN, REFINE, EXPLAIN, SEQUENCE
+    budget_bytes: int = 0  # SEARCH, SEQUENCE: what the plan may take
     start: int = 1  # SEARCH: the first batch tried when the curve knows nothing
+
+    def at_length(self, tokens: int) -> Setup:
+        """The want's setup at another sequence length (a KerasHub text model's)."""
+        assert isinstance(self.setup.spec, HubSpec)
+        return replace(self.setup, spec=replace(self.setup.spec, sequence_length=tokens))
+
+    def sequence(self, known_of: Callable[[Setup], xla.KnownPlans]) -> XlaMaxSequence | int:
+        """SEQUENCE: the longest sequence that fits, or the next length to compile (``calc.xla.search``)."""
+        spec = self.setup.spec
+        assert isinstance(spec, HubSpec)
+
+        def peak_at(tokens: int) -> int | None:
+            plan = known_of(self.at_length(tokens)).plans.get(self.batch)
+            return None if plan is None else plan.peak_bytes
+
+        return sequence_search(peak_at, self.budget_bytes, spec.sequence_length, spec.model.sequence_limit)
+
+    def next_task(self, known_of: Callable[[Setup], xla.KnownPlans]) -> tuple[Setup, int] | None:
+        """The compile the want needs now, (setup, one-device batch); None when it needs none."""
+        if self.kind is Kind.SEQUENCE:
+            step = self.sequence(known_of)
+            return None if isinstance(step, XlaMaxSequence) else (self.at_length(step), self.batch)
+        batch = self.next_batch(known_of(self.setup))
+        return None if batch is None else (self.setup, batch)
 
     def next_batch(self, known: xla.KnownPlans) -> int | None:
         curve = known.curve
@@ -133,7 +159,8 @@ class Progress:
     seconds: float = 0.0  # how long that compile has run
     ahead: int = 0  # compiles to run before it
     eta_s: float = 0.0  # about when it ends, from this host's compile times
-    step: int = 0  # SEARCH: this compile's number in the search
+    step: int = 0  # SEARCH, SEQUENCE: this compile's number in the search
+    tokens: int = 0  # SEQUENCE: the sequence length this compile plans
     steps: int = 0  # SEARCH: about how many the search takes in all
     message: str = ""  # failed, refused: one line
     held_by: str = ""  # refused: "server" (every place taken) or "client" (this address's share taken);
@@ -184,7 +211,7 @@ class Scheduler:
         self._sessions: dict[str, _Session] = {}
         self._running: dict[tuple[Setup, int], _Running] = {}
         self._failed = FailureMemory()  # compiles that failed, by (setup, batch)
-        self._searched: dict[tuple[Setup, int], int] = {}  # (setup, budget) -> search compiles finished
+        self._searched: dict[tuple[Setup, int, Kind], int] = {}  # (setup, budget, kind) -> search compiles finished
         self._served: dict[str, float] = {}  # client -> when a compile it wanted last started
         self._yielded: dict[tuple[Setup, int], int] = {}  # compiles that gave way -> how often; they go last
         self._versions: dict[Setup, int] = {}  # bumped when one of the setup's compiles ends
@@ -290,9 +317,8 @@ class Scheduler:
         for _, held in self._live(now):
             per_client.setdefault(held.client, set()).update(w.setup for w in held.wants if w.setup in running)
             for want in held.wants:
-                batch = want.next_batch(self._known(want.setup))
-                task = (want.setup, batch)
-                if batch is None or task in self._running or self._failure(task) is not None:
+                task = want.next_task(self._known)
+                if task is None or task in self._running or self._failure(task) is not None:
                     continue
                 candidates.append((int(want.kind), held.since_s[want], held.client, task, want))
         # Places go by urgency, then to the client served longest ago, then by age: a new
@@ -367,8 +393,8 @@ class Scheduler:
         wanted: set[tuple[Setup, int]] = set()
         for _, held in self._live(now):
             for want in held.wants:
-                if (batch := want.next_batch(self._known(want.setup))) is not None:
-                    wanted.add((want.setup, batch))
+                if (task := want.next_task(self._known)) is not None:
+                    wanted.add(task)
         for task, run in self._running.items():
             if task not in wanted:
                 run.worker.cancel()
@@ -422,10 +448,12 @@ class Scheduler:
                 times = self._times[warm]
                 times.append(time.monotonic() - started)
                 del times[:-20]
-                if want.kind is Kind.SEARCH:
-                    search = (setup, want.budget_bytes)
+                if want.kind in (Kind.SEARCH, Kind.SEQUENCE):
+                    search = (want.setup, want.budget_bytes, want.kind)
                     self._searched[search] = self._searched.get(search, 0) + 1
             self._versions[setup] = self._versions.get(setup, 0) + 1
+            if want.setup != setup:  # a sequence search's length: the page that asked reads it again
+                self._versions[want.setup] = self._versions.get(want.setup, 0) + 1
             self._cond.notify_all()
 
     # --- where each want stands ---------------------------------------------------------------
@@ -443,26 +471,31 @@ class Scheduler:
         progress: dict[Want, Progress] = {}
         for want in held.wants:
             known = self._known(want.setup)
-            curve, batch = known.curve, want.next_batch(known)
+            task = want.next_task(self._known)
+            batch = None if task is None else task[1]
             steps = {}
             if want.kind is Kind.SEARCH:
-                done = self._searched.get((want.setup, want.budget_bytes), 0)
-                steps = dict(step=done + 1, steps=done + max(1, curve.search_left(want.budget_bytes)))
-            if batch is None:
+                done = self._searched.get((want.setup, want.budget_bytes, want.kind), 0)
+                steps = dict(step=done + 1, steps=done + max(1, known.curve.search_left(want.budget_bytes)))
+            if want.kind is Kind.SEQUENCE and task is not None:
+                assert isinstance(task[0].spec, HubSpec)
+                steps = dict(step=self._searched.get((want.setup, want.budget_bytes, want.kind), 0) + 1,
+                             tokens=task[0].spec.sequence_length)
+            if task is None:
                 progress[want] = Progress("done")
             elif not compiles_enabled():
                 progress[want] = Progress("off", batch)
-            elif (failure := self._failure((want.setup, batch))) is not None:
+            elif (failure := self._failure(task)) is not None:
                 progress[want] = Progress("failed", batch, message=failure)
-            elif (run := self._running.get((want.setup, batch))) is not None:
+            elif (run := self._running.get(task)) is not None:
                 progress[want] = Progress("running", batch, time.time() - run.started_s,
                                           held_by="memory" if getattr(run.worker, "waiting_for_memory", False) else "",
                                           eta_s=max(0.0, self.estimate_s(False) - (time.time() - run.started_s)),
                                           **steps)
-            elif (want.setup, batch) in tasks:
-                ahead = order.index((want.setup, batch))
+            elif task in tasks:
+                ahead = order.index(task)
                 wait = (sum(running_left) + ahead * self.estimate_s(False)) / self._count
-                yielded = (want.setup, batch) in self._yielded
+                yielded = task in self._yielded
                 progress[want] = Progress("queued", batch, ahead=ahead + len(self._running),
                                           eta_s=wait + self.estimate_s(False), held_by="yielded" if yielded else "",
                                           limit_s=self.yield_s if yielded else 0.0, **steps)

@@ -9,7 +9,7 @@ this configuration's compiles ends.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import streamlit as st
 
@@ -17,14 +17,15 @@ from calc import xla
 from calc.gpus import GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
-from dashboard import views, xla_jobs
+from dashboard import charts, figures, views, xla_jobs
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
 from dashboard.state import Inputs
 from dashboard.xla_jobs import Kind, Progress, Setup, Want
 from dashboard.plain import plain
-from dashboard.xla_view import XlaAnswer, hub_line, shown_pending, shown_xla, xla_answer
+from dashboard.xla_view import (XlaAnswer, hub_line, sequence_line, sequence_view, shown_pending, shown_xla,
+                                xla_answer)
 
 SESSION_KEY = "_xla_session"
 
@@ -132,16 +133,21 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
     if answer.max_batch is None or not answer.max_batch.settled:
         wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes,
                           start=max(1, (view.max_batch or inputs.batch_size) // inputs.num_gpus)))
+    if isinstance(setup.spec, HubSpec) and setup.spec.model.text and answer.plan is not None:
+        wants.append(Want(setup, Kind.SEQUENCE, batch=per_device, budget_bytes=answer.budget.plan_bytes))
     if setup.remat:
         base = setup_of(inputs, remat="")
         state.base_plan = base.known().plans.get(per_device)
         if state.base_plan is None:
             wants.append(Want(base, Kind.REFINE, batch=per_device))
     known = {setup: answer.known}
-    for want in wants:
-        if want.setup not in known:
-            known[want.setup] = want.setup.known()
-    wants = [w for w in wants if w.next_batch(known[w.setup]) is not None
+
+    def known_of(other: Setup) -> xla.KnownPlans:
+        if other not in known:
+            known[other] = other.known()
+        return known[other]
+
+    wants = [w for w in wants if w.next_task(known_of) is not None
              and (w.kind is not Kind.EXPLAIN or xla_jobs.compiles_enabled())]  # nothing to say of a missing extra
     state.wants = tuple(wants)
     if not wants:
@@ -168,6 +174,8 @@ def _failure_note(want: Want, error: str, base: bool) -> tuple[str, str]:
         return "info", tr("No XLA plan without remat ({error}), so remat's saving is not shown.", error=error)
     if want.kind is Kind.SEARCH:
         return "warning", tr("The search for the largest batch over XLA plans stopped: {error}.", error=error)
+    if want.kind is Kind.SEQUENCE:
+        return "warning", tr("The search for the longest sequence over XLA plans stopped: {error}.", error=error)
     if want.kind is Kind.EXPLAIN:
         return "info", tr("What fills this plan's peak is not known ({error}); the bar shows XLA's temporaries as "
                           "one block.", error=error)
@@ -203,6 +211,8 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
                         steps=progress.steps, batch=progress.batch),
         Kind.REFINE: tr("the plan at batch {batch} itself, to replace the drawn point", batch=progress.batch),
         Kind.EXPLAIN: tr("what fills the plan's peak at batch {batch}, by kind and layer", batch=progress.batch),
+        Kind.SEQUENCE: tr("the longest sequence: compile {step} ({tokens:,} tokens at batch {batch})",
+                          step=progress.step, tokens=progress.tokens, batch=progress.batch),
     }[want.kind]
     if progress.state == "running" and progress.held_by == "memory":
         return tr("Waiting for memory: {what}; the server's memory for background work is in use by other "
@@ -244,6 +254,24 @@ def hub_view(inputs: Inputs, gpu: GpuPreset) -> views.EstimateView:
         st.stop()
     st.caption(hub_line(spec, inputs))
     return views.hub_estimate_view(inputs, gpu)
+
+
+def hub_sequence(state: XlaState, inputs: Inputs) -> None:
+    """A KerasHub text model's longest sequence at the page's batch: one line and the plans the search
+    compiled, against the card (the search runs in the background, after the largest batch's)."""
+    if state.answer is None or state.setup is None or not isinstance(state.setup.spec, HubSpec):
+        return
+    spec = state.setup.spec
+    if not spec.model.text:
+        return
+    setup = state.setup
+    view = sequence_view(spec, views.config_of(inputs).per_replica_batch, state.answer,
+                         lambda s: replace(setup, spec=s).known())
+    st.subheader(tr("Sequence length"))
+    st.caption(sequence_line(view))
+    if view.points:
+        charts.plotly_chart(st, figures.sequence_figure(view, views.unit_divisor(inputs), inputs.unit),
+                            key="sequence_chart")
 
 
 def hub_waits(state: XlaState) -> None:

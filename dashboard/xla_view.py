@@ -10,11 +10,13 @@ yet is the walk's, and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from calc.gpus import GpuPreset
 from calc.hub import HubSpec, lora_counts
 from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
+from calc.xla.search import XlaMaxSequence, sequence_search
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
 from dashboard.state import Inputs
@@ -429,3 +431,55 @@ def hub_line(spec: HubSpec, inputs: Inputs) -> str:
     return tr("{preset}: {params:,} parameters ({family}); {shape}; {trains}. The step is Keras's on the JAX backend "
               "(jit_compile=True), planned by XLA for the card from the model's figures, without its weights.",
               preset=spec.preset, params=model.params, family=model.family, shape=shape, trains=trains)
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    """The longest sequence a KerasHub text model trains at the page's batch, as far as the plans
+    compiled at that batch tell it (``calc.xla.search.sequence_search``): only compiled plans count,
+    since attention can make a plan grow faster than the sequence."""
+
+    batch: int  # one device's
+    points: tuple[tuple[int, int], ...]  # (tokens, plan peak + framework overhead) the search read, ascending
+    longest: int | None  # None while the search still needs a compile
+    exceeds: int | None  # the shortest length read that does not fit; None at the model's limit
+    limit: int  # the longest sequence the model takes
+    current: int  # the page's sequence length
+    capacity_bytes: int
+    usable_bytes: int
+
+
+def sequence_view(spec: HubSpec, batch: int, answer: XlaAnswer,
+                  known_of: Callable[[HubSpec], KnownPlans]) -> SequenceView:
+    """The search for the longest sequence at one device's ``batch`` replayed over the plans known
+    (``known_of`` gives a length's plans); nothing is compiled here."""
+    read: dict[int, int] = {}
+
+    def peak_at(tokens: int) -> int | None:
+        plan = known_of(replace(spec, sequence_length=tokens)).plans.get(batch)
+        if plan is not None:
+            read[tokens] = plan.peak_bytes
+        return None if plan is None else plan.peak_bytes
+
+    budget = answer.budget
+    found = sequence_search(peak_at, budget.plan_bytes, spec.sequence_length, spec.model.sequence_limit)
+    done = found if isinstance(found, XlaMaxSequence) else None
+    return SequenceView(batch, tuple((n, b + budget.overhead_bytes) for n, b in sorted(read.items())),
+                        None if done is None else done.max_sequence, None if done is None else done.exceeds,
+                        spec.model.sequence_limit, spec.sequence_length, budget.memory_bytes, budget.usable_bytes)
+
+
+def sequence_line(view: SequenceView) -> str:
+    """One line: the longest sequence that fits at the batch, how it was found, or how far the search is."""
+    if view.longest is None:
+        return tr("Longest sequence at batch {batch}: searching over XLA plans (lengths compiled so far: {count}).",
+                  batch=view.batch, count=len(view.points))
+    if view.longest == 0:
+        return tr("Not even one token fits at batch {batch} on this card.", batch=view.batch)
+    if view.exceeds is None:
+        return tr("Longest sequence at batch {batch}: {tokens:,} tokens, the longest the model takes, fits "
+                  "(XLA plans, {count} lengths compiled).", batch=view.batch, tokens=view.longest,
+                  count=len(view.points))
+    return tr("Longest sequence at batch {batch}: {tokens:,} tokens fit and {exceeds:,} do not (XLA plans, {count} "
+              "lengths compiled; the search stops where 1/64 more or less decides nothing).", batch=view.batch,
+              tokens=view.longest, exceeds=view.exceeds, count=len(view.points))

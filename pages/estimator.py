@@ -10,7 +10,7 @@ from dashboard.pagekit import inputs_and_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of, sidebar_inputs
-from dashboard.xla_step import hub_view, hub_waits, show_xla_notes, xla_state
+from dashboard.xla_step import hub_sequence, hub_view, hub_waits, show_xla_notes, xla_state
 from dashboard.xla_view import margin_line, remat_note
 
 ensure_routed()
@@ -67,6 +67,8 @@ charts.plotly_chart(left, figures.breakdown_figure(shown.components, shown.overh
 charts.plotly_chart(right, figures.curve_figure(shown.curve, shown.capacity_bytes, shown.usable_bytes,
                                                 shown.max_batch, divisor, inputs.unit), key="curve_chart")
 right.caption(views.curve_caption(shown))
+if inputs.source == "hub":
+    hub_sequence(xla, inputs)
 rows = views.shown_table(shown, inputs)
 st.markdown(views.markdown_table(rows))
 d1, d2 = st.columns(2)

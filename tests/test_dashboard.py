@@ -1318,3 +1318,53 @@ def test_a_kerashub_plan_that_says_what_fills_its_peak_is_shown_by_layer():
     rows = dict(zip(layers.dataframe[0].value["layer"], layers.dataframe[0].value["total (GiB)"]))
     assert rows["conv1"] == pytest.approx((raw["temp_bytes"] // 2 + raw["temp_bytes"] // 4) / GIB, abs=1e-4)
     assert sum(rows.values()) == pytest.approx(plan.peak_bytes / GIB, abs=1e-3)
+
+
+def test_a_kerashub_text_model_shows_its_longest_sequence_from_the_plans_compiled_at_its_batch():
+    """The page's length, then each length the search asks for, planned at the page's batch (put here as
+    the scheduler would compile them): the line gives the longest that fits and the shortest read that
+    does not, and the chart marks every compiled length, the page's and the longest."""
+    from dataclasses import replace
+
+    from calc import xla
+    from calc.gpus import GPU_PRESETS
+    from calc.xla import plan_budget
+    from calc.xla.search import XlaMaxSequence, sequence_search
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+    from dashboard.xla_step import hub_spec_of
+    from dashboard.xla_view import xla_answer
+
+    def analysis(tokens):  # 1.5 GB of temporaries for every 512 tokens
+        return {**hub_analysis(1), "temp_bytes": 1_500_000_000 * tokens // 512}
+
+    put_hub_plan(analysis(512))
+    waiting = app(HUB)
+    assert any(c.value == "Longest sequence at batch 1: searching over XLA plans (lengths compiled so far: 1)."
+               for c in waiting.caption)
+    inputs, _ = parse_query(HUB)
+    spec, config = hub_spec_of(inputs), config_of(inputs)
+    budget = plan_budget(GPU_PRESETS["l4"], inputs.margin / 100)
+
+    def peak_at(n):
+        plan = xla.known_plans(replace(spec, sequence_length=n), config, "l4").plans.get(1)
+        return None if plan is None else plan.peak_bytes
+
+    peaks = {}  # what the scheduler's sequence want compiles, one length after another
+    while not isinstance(step := sequence_search(peak_at, budget.plan_bytes, 512, spec.model.sequence_limit),
+                         XlaMaxSequence):
+        peaks[step] = put_hub_plan(analysis(step), seq_len=str(step)).peak_bytes
+    at = app(HUB)
+    line = next(c.value for c in at.caption if c.value.startswith("Longest sequence at batch 1:"))
+    fits, exceeds = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) (?:tokens fit|do not)", line))
+    # By hand: the state and the batch, plus 1.5 GB a 512 tokens (the analysis above) against the plan's budget.
+    state = analysis(512)["argument_bytes"] + analysis(512)["output_bytes"] - analysis(512)["alias_bytes"]
+    assert state + 1_500_000_000 * fits // 512 <= budget.plan_bytes < state + 1_500_000_000 * exceeds // 512
+    assert exceeds - fits <= fits // 64 and f"{len(peaks) + 1} lengths compiled" in line
+    chart = charts(at)["sequence_chart"]
+    compiled = next(t for t in chart["data"] if t.get("name") == "XLA plan (compiled)")
+    assert sorted(compiled["x"]) == sorted([512, *peaks])
+    assert any(t.get("name") == f"longest that fits: {fits}" for t in chart["data"])
+    assert xla_answer(xla.known_plans(spec, config, "l4"), 1, budget).plan is not None
+    ja = app({**HUB, "lang": "ja"})
+    assert any(c.value.startswith("バッチ 1 での最長シーケンス") for c in ja.caption)

@@ -43,6 +43,8 @@ class FakeWorker:
 
     def compile(self, request: dict) -> dict:
         batch = request["config"]["batch_size"]
+        if "hub" in request["spec"]:  # a KerasHub text model: a sample's temporaries grow with its tokens
+            batch *= request["spec"]["hub"]["sequence_length"] // 64
         FakeWorker.calls.append(batch)
         self._cancel.clear()
         deadline = time.monotonic() + self.delay_s
@@ -138,6 +140,32 @@ def test_a_search_is_as_many_compiles_as_it_takes_and_counts_them(scheduler):
     assert len(FakeWorker.calls) == scheduler.compiled <= 8
     steps = sorted({s for s, _, _ in seen})
     assert steps == list(range(1, len(steps) + 1)) and all(s <= n for s, n, _ in seen)
+
+
+def test_the_longest_sequence_is_searched_one_compile_at_a_time_over_each_length(scheduler):
+    """A sequence want compiles the page's batch at each length the search asks for, in a row, and
+    says which compile and how many tokens; the answer fits, the next length read does not, and they
+    are within 1/64 of each other."""
+    from calc.hub import make_hub_spec
+    from calc.xla.search import XlaMaxSequence
+
+    page = Setup.of(make_hub_spec("gemma2_2b_en", 512, 4), TrainingConfig(batch_size=1, optimizer="adamw"), "l4")
+    want = Want(page, Kind.SEQUENCE, batch=1, budget_bytes=6 * GIB)
+    seen = []
+    while (progress := scheduler.ask("s1", [want])[want]).state != "done":
+        if progress.state == "running" and (progress.step, progress.tokens) not in seen:
+            seen.append((progress.step, progress.tokens))
+        time.sleep(0.01)
+    answer = want.sequence(Setup.known)
+    assert isinstance(answer, XlaMaxSequence)
+
+    def peak(tokens):  # fake_analysis at tokens // 64 samples: the state, 8 bytes, 40 MiB and 60 MiB + 600,000 a sample
+        return 300 * 2**20 + 8 + 40 * 2**20 + (60 * 2**20 + 600_000) * (tokens // 64)
+
+    assert peak(answer.max_sequence) <= 6 * GIB < peak(answer.exceeds)
+    assert answer.exceeds - answer.max_sequence <= answer.max_sequence // 64
+    assert [t for _, t in seen][:5] == [512, 1024, 2048, 4096, 8192]  # the page's length first, then doubled
+    assert [s for s, _ in seen] == list(range(1, len(seen) + 1)) and len(seen) == scheduler.compiled
 
 
 def test_a_failure_is_one_line_kept_and_not_tried_again(scheduler):

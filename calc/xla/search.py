@@ -15,7 +15,7 @@ from typing import Any, Callable
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
 from calc.types import TrainingConfig
-from calc.xla.compute import compute_plan, known_curve
+from calc.xla.compute import compute_plan, known_curve, known_plans
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
 
 
@@ -128,6 +128,41 @@ def longest_fitting(needed: Callable[[int], int], usable_bytes: int, start: int,
         n = (low + high) // 2
         low, high = (n, high) if fits(n) else (low, n)
     return XlaMaxSequence(low, tuple(sorted(seen.items())), high, limit)
+
+
+class _Unknown(Exception):
+    """A length whose plan is not known yet (``sequence_search``)."""
+
+
+def sequence_search(peak_at: Callable[[int], int | None], usable_bytes: int, start: int,
+                    limit: int) -> XlaMaxSequence | int:
+    """``longest_fitting`` replayed over the plans known so far: its answer once every length it asks
+    for is known, else the next length to compile. ``peak_at(n)`` is the plan's bytes at ``n``, None
+    when that plan is not compiled yet. Each compile moves the search one step; the dashboard takes
+    the steps in the background, the command line (``plan_max_sequence``) in a row."""
+    def needed(n: int) -> int:
+        peak = peak_at(n)
+        if peak is None:
+            raise _Unknown(n)
+        return peak
+
+    try:
+        return longest_fitting(needed, usable_bytes, start, limit)
+    except _Unknown as missing:
+        return int(missing.args[0])
+
+
+def known_sequence_search(spec: HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int,
+                          remat: str = "") -> XlaMaxSequence | int:
+    """``sequence_search`` for a KerasHub text model at ``config``'s per-device batch, from the plans
+    shipped or on disk (nothing is compiled), starting at the spec's sequence length."""
+    one = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
+
+    def peak_at(n: int) -> int | None:
+        plan = known_plans(replace(spec, sequence_length=n), one, gpu_key, remat).plans.get(one.batch_size)
+        return None if plan is None else plan.peak_bytes
+
+    return sequence_search(peak_at, usable_bytes, spec.sequence_length, spec.model.sequence_limit)
 
 
 def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int, remat: str = "",
