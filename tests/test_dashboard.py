@@ -1368,3 +1368,21 @@ def test_a_kerashub_text_model_shows_its_longest_sequence_from_the_plans_compile
     assert xla_answer(xla.known_plans(spec, config, "l4"), 1, budget).plan is not None
     ja = app({**HUB, "lang": "ja"})
     assert any(c.value.startswith("バッチ 1 での最長シーケンス") for c in ja.caption)
+
+
+def test_the_first_kerashub_page_is_the_first_kerashub_setup_shipped():
+    """tools/ship_xla_plans.py ships the setup the sidebar opens when "Model from" turns to KerasHub."""
+    import importlib.util
+
+    from dashboard.state import parse_query
+    from dashboard.xla_jobs import Setup
+    from dashboard.xla_step import setup_of
+
+    found = importlib.util.spec_from_file_location("ship_xla_plans", "tools/ship_xla_plans.py")
+    ship = importlib.util.module_from_spec(found)
+    found.loader.exec_module(ship)
+    spec, config, gpus, margin = next(ship.hub_setups())
+    inputs, warnings = parse_query({"source": "hub"})
+    assert not warnings
+    assert Setup.of(spec, config, inputs.gpu) == setup_of(inputs) and inputs.gpu in gpus
+    assert margin == inputs.margin / 100 and config.batch_size == inputs.batch_size

@@ -1,6 +1,6 @@
 """Writes calc/data/xla_plans.json.gz: the XLA plans shipped with the project.
 
-    python tools/ship_xla_plans.py [--compile] [--models A,B] [--gpus t4,l4] [--minutes N]
+    python tools/ship_xla_plans.py [--compile] [--models A,B | --hub] [--gpus t4,l4] [--minutes N]
 
 Shipped are, by family (one configuration on one card, every batch known):
 
@@ -11,6 +11,9 @@ Shipped are, by family (one configuration on one card, every batch known):
   largest batch at the dashboard's default margin, so that the landing page and a first model
   switch draw the curve and give the largest batch without a compile. The plan at the default
   batch keeps what fills its peak (``calc.xla.peak``, its largest layers) where its compile said.
+- the KerasHub setups of that file's ``hub`` list (the first is the dashboard's first KerasHub
+  page) the same way, and for a text model the plans the search for its longest sequence at
+  that batch reads (``--hub``: these alone).
 
 ``--compile`` first compiles what the disk cache lacks (hours for every curve on two cores; a
 model's configuration is compiled for every card in a row, so the worker builds it once;
@@ -32,6 +35,7 @@ from pathlib import Path
 
 from calc.catalogue import CATALOGUE, make_spec
 from calc.gpus import GPU_PRESETS
+from calc.hub import HubSpec
 from calc.types import Device, Optimizer, Precision, TrainingConfig
 
 CURVES = Path(__file__).resolve().parent.parent / "calc" / "data" / "xla_shipped_curves.json"
@@ -64,6 +68,42 @@ def curve_setups(models: list[str] | None = None, gpus: list[str] | None = None)
                 yield make_spec(name), config, cards, data["margin"]
 
 
+def hub_setups(gpus: list[str] | None = None):
+    """(spec, config, [gpu keys], margin) of every shipped KerasHub setup (``hub`` in the curves file):
+    the dashboard's first KerasHub page, and the setups named beside it."""
+    from calc.hub import make_hub_spec
+
+    data = json.loads(CURVES.read_text())
+    for entry in data.get("hub", []):
+        spec = make_hub_spec(entry["preset"], entry.get("sequence_length"), entry.get("lora_rank", 0),
+                             entry.get("dtype"), entry.get("classes", 2))
+        config = TrainingConfig(batch_size=entry["batch"], optimizer=Optimizer(entry["optimizer"]), device=Device.GPU)
+        yield spec, config, [g for g in entry["gpus"] if not gpus or g in gpus], data["margin"]
+
+
+def sequence_families(spec, config, gpu: str, margin: float):
+    """The specs at every length the longest-sequence search at ``config``'s batch reads (a text model's)."""
+    from calc.xla import plan_budget
+    from calc.xla.search import sequence_search
+
+    if not spec.model.text:
+        return []
+    read = []
+
+    def peak_at(n: int):
+        from calc import xla
+
+        at = replace(spec, sequence_length=n)
+        plan = xla.known_plans(at, config, gpu).plans.get(config.batch_size)
+        if plan is not None:
+            read.append(at)
+        return None if plan is None else plan.peak_bytes
+
+    sequence_search(peak_at, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes, spec.sequence_length,
+                    spec.model.sequence_limit)
+    return read
+
+
 def compile_curve(spec, config, gpu: str, margin: float) -> str:
     """Compiles what one shipped curve lacks; returns one line on what it holds."""
     from calc import xla
@@ -78,9 +118,15 @@ def compile_curve(spec, config, gpu: str, margin: float) -> str:
     points = [plan_at(config.batch_size, explained=True)]  # the page a first visit shows says what fills it
     while (second := PlanCurve.of(points, memory).second_anchor()) is not None:
         points.append(plan_at(second))
-    answer, curve, _ = search_curve(plan_at, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes, config.batch_size,
-                                    known_curve(spec, config, gpu))
-    return f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
+    budget = plan_budget(GPU_PRESETS[gpu], margin).plan_bytes
+    answer, curve, _ = search_curve(plan_at, budget, config.batch_size, known_curve(spec, config, gpu))
+    line = f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
+    if isinstance(spec, HubSpec) and spec.model.text:  # the longest sequence at the batch, as the Estimator shows it
+        from calc.xla.search import plan_max_sequence
+
+        longest = plan_max_sequence(spec, config, gpu, budget)
+        line += f", longest sequence {longest.max_sequence} ({longest.compiles} lengths)"
+    return line
 
 
 def kept(raw: dict, explained: bool) -> dict:
@@ -118,6 +164,12 @@ def write(models: list[str] | None = None) -> None:
         for gpu in gpus:
             add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}",
                 explained_at=config.batch_size)
+    for spec, config, gpus, margin in hub_setups():
+        for gpu in gpus:
+            add(spec, config, gpu, f"{spec.key} {config.optimizer.value} on {gpu}", explained_at=config.batch_size)
+            for at in sequence_families(spec, config, gpu, margin):
+                if at != spec:
+                    add(at, config, gpu, f"{at.key} {config.optimizer.value} on {gpu}")
     text = json.dumps({"format": cache.PLAN_FORMAT, "versions": versions, "families": dict(sorted(families.items()))},
                       separators=(",", ":"), sort_keys=True)
     with gzip.GzipFile(cache.SHIPPED_PLANS, "wb", mtime=0) as f:  # the same plans give the same bytes
@@ -131,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile", action="store_true", help="compile what the disk cache lacks first")
     parser.add_argument("--models", default="", help="only these catalogue models (comma-separated)")
+    parser.add_argument("--hub", action="store_true", help="only the KerasHub setups")
     parser.add_argument("--gpus", default="", help="only these cards (comma-separated preset keys)")
     parser.add_argument("--minutes", type=float, default=0.0, help="start no compile after this long (0: no limit)")
     args = parser.parse_args(argv)
@@ -143,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         for spec, config, gpu in validation_requests():
             xla.compute_plan(spec, config, gpu)
-        curves = [(spec, config, gpu, margin) for spec, config, cards, margin in curve_setups(models, gpus)
-                  for gpu in cards]
+        curves = [] if args.hub else [(spec, config, gpu, margin)
+                                      for spec, config, cards, margin in curve_setups(models, gpus) for gpu in cards]
+        if not models:  # the KerasHub setups too, unless only some catalogue models are asked for
+            curves += [(spec, config, gpu, margin) for spec, config, cards, margin in hub_setups(gpus) for gpu in cards]
         for spec, config, gpu, margin in curves:
             if args.minutes and time.monotonic() - started > 60 * args.minutes:
                 print("time is up: writing what is compiled")
