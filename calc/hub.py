@@ -20,7 +20,11 @@ DTYPES = ("bfloat16", "float32", "mixed_bfloat16", "mixed_float16")  # Keras dty
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "mixed_bfloat16": 4, "mixed_float16": 4}  # a variable's bytes
 MAX_SEQUENCE = 1 << 17  # a sequence longer than this is refused before any compile
 MAX_LORA_RANK = 1024
-NO_ATTENTION = ("ResNet",)  # convolutional backbones: keras-hub's enable_lora finds no query or value
+# Backbones in which keras-hub's enable_lora finds no layer named query or value, so LoRA would train nothing:
+# the convolutional ones, and Swin, whose window attention projects query, key and value with one fused Dense
+# ("attention_qkv").
+NO_ATTENTION = ("ResNet", "DenseNet", "VGG", "EfficientNet", "MobileNet", "Xception", "CSPNet", "HGNetV2",
+                "SwinTransformer")
 MAX_CLASSES = 65_536  # a classifier's head is made with its weights (calc.keras.hub)
 
 

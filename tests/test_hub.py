@@ -8,7 +8,7 @@ import pytest
 
 from calc import xla
 from calc.xla.compute import compile_request
-from calc.hub import (HubSpec, hub_models, lora_parameters, lora_trainable_bytes, make_hub_spec,
+from calc.hub import (NO_ATTENTION, HubSpec, hub_models, lora_parameters, lora_trainable_bytes, make_hub_spec,
                       optimizer_state_bytes)
 from calc.requests import plan_spec_from_dict, spec_to_dict
 from calc.types import TrainingConfig
@@ -22,7 +22,8 @@ def test_every_preset_names_its_sources_and_a_known_task():
     assert len(models) >= 20
     families = {m.family for m in models.values()}
     assert {"Gemma", "Gemma3", "Llama3", "Mistral", "Qwen", "Phi3", "GPT2", "Bert", "Roberta", "DebertaV3",
-            "ViT", "DeiT", "ResNet"} <= families
+            "ViT", "DeiT", "ResNet", "DenseNet", "VGG", "MobileNet", "Xception", "HGNetV2",
+            "SwinTransformer"} <= families
     for m in models.values():
         assert m.architecture_source.startswith("https://") and m.params_source.startswith("keras-hub ")
         assert m.task in ("causal_lm", "text_classifier", "image_classifier") and m.params > 0
@@ -38,7 +39,8 @@ def test_a_setup_is_checked_before_anything_is_built():
                        (dict(preset="gemma_2b_en", dtype="int8"), "dtype policy"),
                        (dict(preset="gemma_2b_en", lora_rank=5000), "LoRA rank"),
                        (dict(preset="bert_base_en_uncased", classes=10**7), "classes"),
-                       (dict(preset="resnet_50_imagenet", lora_rank=4), "no attention projections")]:
+                       (dict(preset="resnet_50_imagenet", lora_rank=4), "no attention projections"),
+                       (dict(preset="swin_tiny_patch4_window7_224", lora_rank=4), "no attention projections")]:
         with pytest.raises(ValueError, match=words):
             make_hub_spec(**bad)
 
@@ -75,7 +77,7 @@ def _in_a_plan_child(code: str) -> dict:
 @needs_plan
 @pytest.mark.keras
 def test_every_preset_is_built_without_its_weights_to_its_published_parameter_count():
-    """30 presets, 73 billion parameters in all, built in one process that stays near a gigabyte:
+    """41 presets, 73 billion parameters in all, built in one process that stays near a gigabyte:
     no weight is made, and each model has exactly the parameters keras-hub publishes for it."""
     answer = _in_a_plan_child(
         "import json, resource\n"
@@ -92,6 +94,9 @@ def test_every_preset_is_built_without_its_weights_to_its_published_parameter_co
     assert len(described) >= 20 and described == {p: answer["lora"][p] for p in described}
     assert {p: answer["lora"][p] for p, m in hub_models().items() if m.family == "ResNet"} == {
         "resnet_18_imagenet": 0, "resnet_50_imagenet": 0}  # no attention: LoRA would train nothing
+    # Every family the setup refuses LoRA for has nothing LoRA trains (Swin's attention has one fused qkv Dense).
+    refused = {p: answer["lora"][p] for p, m in hub_models().items() if m.family in NO_ATTENTION}
+    assert len(refused) >= 13 and set(refused.values()) == {0}
     assert sum(answer["counts"].values()) > 70e9 and answer["rss"] < 3 * 2**30
 
 

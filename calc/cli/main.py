@@ -71,7 +71,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                 "description": m.description, "architecture_source": m.architecture_source}
                for m in hub_models().values()]
         print_out({"hub_models": hub}, args.json,
-                  [f"{m['preset']:32s} {m['family']:10s} {m['task']:17s} {m['params']:>15,} parameters" for m in hub])
+                  [f"{m['preset']:42s} {m['family']:15s} {m['task']:17s} {m['params']:>15,} parameters" for m in hub])
         return 0
     rows = [{"name": e.name, "family": e.family, "default_size": e.default_size, "min_size": e.min_size}
             for e in CATALOGUE.values()]
