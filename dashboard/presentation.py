@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard import lesson
 from dashboard.i18n import tr
+from dashboard.lesson import Term
+from dashboard.state import Inputs
 
 STEP_KEY = "_present_step"
 
@@ -44,3 +47,19 @@ def buttons(count: int) -> None:
                   args=(1, count), disabled=step(count) >= count, type="primary")
     right.button(tr("Show all"), icon=":material/done_all:", key="present_all", on_click=_move, args=(count, count))
     place.caption(tr("Term {shown} of {count}", shown=step(count), count=count))
+
+
+def present(terms: list[Term], peak_bytes: int, header: str, closing: list[str], inputs: Inputs) -> None:
+    """A lesson on a projector: the controls, the sum so far and the newest term at the top, the earlier
+    terms under them, so that nothing the presenter needs falls below the screen, whichever term is
+    shown; ``closing`` (Markdown) once every term is."""
+    shown = step(len(terms))
+    st.header(header)
+    st.latex(lesson.symbols_latex(terms))
+    buttons(len(terms))
+    st.latex(lesson.sum_latex(terms[:shown], peak_bytes if shown == len(terms) else None, inputs))
+    for term in reversed(terms[:shown]):
+        st.markdown(lesson.term_markdown(term, inputs))
+    if shown == len(terms):
+        for text in closing:
+            st.markdown(text)

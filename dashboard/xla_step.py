@@ -17,7 +17,7 @@ from calc import xla
 from calc.gpus import GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
-from dashboard import charts, figures, views, xla_jobs
+from dashboard import charts, figures, lesson, views, xla_jobs
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
@@ -272,6 +272,44 @@ def hub_sequence(state: XlaState, inputs: Inputs) -> None:
     if view.points:
         charts.plotly_chart(st, figures.sequence_figure(view, views.unit_divisor(inputs), inputs.unit),
                             key="sequence_chart")
+
+
+def teach_hub(inputs: Inputs, gpu: GpuPreset) -> None:
+    """The Formula page for a KerasHub model: XLA's plan of its step as a lesson (``dashboard.hub_lesson``),
+    in presentation mode too; or why there is none yet. The page ends here."""
+    from dashboard import presentation
+    from dashboard.hub_lesson import hub_lesson
+
+    try:
+        spec = hub_spec_of(inputs)
+    except ValueError as exc:
+        st.error(plain(exc))
+        st.stop()
+    taught = hub_lesson(xla_answer_for(inputs, gpu), spec, views.config_of(inputs), inputs)
+    if inputs.present and taught is not None:
+        st.html(presentation.CSS)
+    st.title(tr("The formula, with your numbers"))
+    st.toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
+    if taught is None:
+        st.info(tr("XLA's plan of this KerasHub step at this batch is not known on this server yet: the Estimator "
+                   "compiles it, and this page teaches it once it is known."))
+        st.stop()
+    assert taught is not None
+    header = tr("XLA's plan, with your numbers")
+    if inputs.present:
+        presentation.present(list(taught.terms), taught.peak_bytes, header, [taught.why], inputs)
+        st.stop()
+    st.caption(hub_line(spec, inputs))
+    st.header(header)
+    st.caption(tr("The step Keras runs on the JAX backend (jit_compile=True), planned by XLA for {gpu}: its parts add "
+                  "up to the plan's peak to the byte, and where the parameter counts give a part, its arithmetic is "
+                  "shown with your numbers.", gpu=gpu.name))
+    st.latex(lesson.symbols_latex(list(taught.terms)))
+    for term in taught.terms:
+        st.markdown(lesson.term_markdown(term, inputs))
+    st.latex(lesson.sum_latex(list(taught.terms), taught.peak_bytes, inputs))
+    st.markdown(taught.why)
+    st.stop()
 
 
 def hub_waits(state: XlaState) -> None:

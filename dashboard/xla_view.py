@@ -179,9 +179,11 @@ def largest_batch_cell(answer: XlaAnswer | None, walk_batch: int, gpus: int) -> 
     return tr("≥ {batch:,}", batch=best.batch * gpus)
 
 
-def xla_terms(plan: XlaPlan, walk_activations_bytes: int, inputs: Inputs) -> list[Term]:
+def xla_terms(plan: XlaPlan, walk_activations_bytes: int | None, inputs: Inputs) -> list[Term]:
     """XLA's plan as the Formula page teaches it: each kind a term, with what it holds; they add up
-    to the plan's peak to the byte. [] without an explanation (``XlaPlan.explained``)."""
+    to the plan's peak to the byte. [] without an explanation (``XlaPlan.explained``).
+    ``walk_activations_bytes``: what the walk keeps of activations at its peak, said beside XLA's;
+    None where no walk is made (a KerasHub model)."""
     breakdown, ex = plan.breakdown(), plan.explained
     if breakdown is None or ex is None:
         return []
@@ -193,7 +195,10 @@ def xla_terms(plan: XlaPlan, walk_activations_bytes: int, inputs: Inputs) -> lis
         "activations": (r"A_{XLA}", tr("activations"), tr(
             "the forward values live when XLA's temporaries peak ({when}); the walk keeps {walk} of activations at "
             "its own peak: XLA fuses operations, so some layers' outputs are never stored, and frees each value as "
-            "soon as nothing needs it", when=when, walk=fmt(walk_activations_bytes, inputs, 3))),
+            "soon as nothing needs it", when=when, walk=fmt(walk_activations_bytes, inputs, 3))
+            if walk_activations_bytes is not None else tr(
+            "the forward values live when XLA's temporaries peak ({when}): XLA fuses operations, so some layers' "
+            "outputs are never stored, and frees each value as soon as nothing needs it", when=when)),
         "gradients": (r"G_{XLA}", tr("gradients"), tr(
             "of the weights and of the activations, made by the backward pass and live then")),
         "optimizer": (r"U", tr("optimizer temporaries"), tr("values of the update live then")),

@@ -8,13 +8,16 @@ from dashboard.i18n import tr
 from dashboard.loaders import load_hand_example
 from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
-from dashboard.widgets import gpu_of
-from dashboard.xla_step import xla_answer_for
+from dashboard.widgets import gpu_of, sidebar_inputs
+from dashboard.xla_step import teach_hub, xla_answer_for
 from dashboard.xla_view import lesson_line, xla_lesson
 
 ensure_routed()
-inputs, profile = inputs_and_profile()
+inputs = sidebar_inputs()
 gpu = gpu_of(inputs)
+if inputs.source == "hub":
+    teach_hub(inputs, gpu)  # a KerasHub model's lesson is XLA's plan alone; the page ends there
+inputs, profile = inputs_and_profile(inputs)
 fit = views.fit_of(profile, inputs, gpu)
 n = lesson.formula_numbers(profile, inputs, gpu, lesson.measured_for(inputs), fit, fit.max_batch)
 terms = lesson.terms(n, inputs)
@@ -30,24 +33,13 @@ top[1].download_button(tr("Handout (HTML, printable)"),
                        lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs), xla=xla),
                        "memory-formula.html", "text/html", key="dl_handout")
 
-if presenting:
-    # On a projector, the lesson of the sidebar's step alone (XLA's plan where it says what fills its peak):
-    # the controls, the sum so far and the newest term at the top, the earlier terms under them, so that
-    # nothing the presenter needs falls below the screen, whichever term is shown.
-    taught, peak = (list(xla.terms), xla.peak_bytes) if xla is not None else (terms, n.breakdown.peak_bytes)
-    shown = presentation.step(len(taught))
-    st.header(tr("XLA's plan, with your numbers") if xla is not None else tr("1. What this tool computes"))
-    st.latex(lesson.symbols_latex(taught))
-    presentation.buttons(len(taught))
-    st.latex(lesson.sum_latex(taught[:shown], peak if shown == len(taught) else None, inputs))
-    for term in reversed(taught[:shown]):
-        st.markdown(lesson.term_markdown(term, inputs))
-    if shown == len(taught):
-        if xla is not None:
-            st.markdown(xla.why)
-        else:
-            st.markdown(lesson.needed_markdown(n, inputs, gpu))
-            st.markdown(lesson.largest_markdown(n, inputs, gpu.name))
+if presenting:  # on a projector, the lesson of the sidebar's step alone (XLA's plan where it says what fills its peak)
+    if xla is not None:
+        presentation.present(list(xla.terms), xla.peak_bytes, tr("XLA's plan, with your numbers"), [xla.why], inputs)
+    else:
+        presentation.present(terms, n.breakdown.peak_bytes, tr("1. What this tool computes"),
+                             [lesson.needed_markdown(n, inputs, gpu), lesson.largest_markdown(n, inputs, gpu.name)],
+                             inputs)
     st.stop()
 
 if xla is None:

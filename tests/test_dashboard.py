@@ -1274,8 +1274,6 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
     assert {k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
             for k in ("source", "hub", "seq_len", "lora_rank")} == {"source": "hub", "hub": "gemma2_2b_en",
                                                                     "seq_len": "512", "lora_rank": "4"}
-    other = app(HUB, page="pages/formula.py")
-    assert any("A KerasHub model is answered by XLA's plan on the Estimator page" in i.value for i in other.info)
     layers = app(HUB, page="pages/layers.py")
     assert any("What fills this KerasHub model's plan is not known on this server yet" in i.value
                for i in layers.info)
@@ -1386,3 +1384,31 @@ def test_the_first_kerashub_page_is_the_first_kerashub_setup_shipped():
     assert not warnings
     assert Setup.of(spec, config, inputs.gpu) == setup_of(inputs) and inputs.gpu in gpus
     assert margin == inputs.margin / 100 and config.batch_size == inputs.batch_size
+
+
+def test_the_formula_teaches_a_kerashub_step_from_its_parameter_counts_and_its_plan():
+    """Gemma 2 2B with LoRA 4, batch 1, AdamW on an L4: the frozen weights are the backbone's parameters in
+    bfloat16, LoRA's weights its adapters in float32 (Gemma's projections have no bias), the optimizer two
+    slots of them and its two scalars; the terms add up to the plan's peak, on the page and projected."""
+    from dashboard.views import fmt
+
+    missing = app(HUB, page="pages/formula.py")
+    assert any("not known on this server yet" in i.value for i in missing.info) and not missing.latex
+    raw = hub_analysis(1)
+    plan = put_hub_plan(raw)
+    at = app(HUB, page="pages/formula.py")
+    text = " ".join(m.value for m in at.markdown)
+    assert f"({2_614_341_888:,} - 0) x 2 B = {fmt(2 * 2_614_341_888, Inputs(), 3)}" in text
+    assert f"{HUB_LORA:,} x 4 B + 0 x 2 B = {fmt(4 * HUB_LORA, Inputs(), 3)}" in text
+    assert f"2 x W_train + 8 B = {2 * 4 * HUB_LORA + 8:,} B; the metrics' variables add 16 B" in text
+    assert "batch 1 x 512 tokens x 9 B a token" in text  # token ids and padding mask (int32), labels, weights
+    assert _latex_terms(at)[-1] == round(plan.peak_bytes / GIB, 3)
+    assert sum(_latex_terms(at)[:-1]) == pytest.approx(plan.peak_bytes / GIB, abs=0.01)
+    shown = app({**HUB, "present": "true"}, page="pages/formula.py")
+    assert [h.value for h in shown.header] == ["XLA's plan, with your numbers"]
+    shown.button(key="present_all").click().run()
+    assert _latex_terms(shown)[-1] == round(plan.peak_bytes / GIB, 3)
+    assert any(m.value.startswith("Of the plan's") for m in shown.markdown)
+    for lang in ("ja", "ko"):
+        there = app({**HUB, "lang": lang}, page="pages/formula.py")
+        assert _latex_terms(there)[-1] == round(plan.peak_bytes / GIB, 3)
