@@ -466,3 +466,47 @@ def test_what_fills_a_small_networks_peak_is_what_its_backward_pass_needs_by_han
         assert kinds["activations"] == 0 and kinds["workspace"] > 0
         assert (explained.moment_layer, explained.moment_phase) == ("wide", "backward")
         assert dict(dict(explained.layers)["wide"])["gradients"] == kinds["gradients"]
+
+
+@pytest.mark.keras
+def test_an_own_model_with_attention_plans_flash_attention_on_an_ampere_card(tmp_path):
+    """A file with MultiHeadAttention (4 heads of 64, no dropout) over 1,024 tokens, in mixed_bfloat16,
+    batch 4, on an L4: Keras takes cuDNN's flash attention there, so the plan holds at least the four
+    heads' bfloat16 probabilities (4 x 4 x 1024 x 1024 x 2 B) less than the same step with XLA's
+    attention (cuDNN reported missing). A convolutional file asks the device nothing."""
+    import subprocess
+    import sys
+
+    from calc.workers.plans import plan_env
+
+    code = f"""
+import json, keras, jax
+from jax._src.cudnn import fused_attention_stablehlo as cudnn
+from calc.catalogue import ModelFile
+from calc.keras.plan import PlanModel
+from calc.types import TrainingConfig
+from calc.xla.targets import target_for
+x = keras.Input((1024, 256))
+y = keras.layers.MultiHeadAttention(4, 64)(x, x)
+model = keras.Model(x, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(y)))
+model.save("{tmp_path}/attention.keras")
+config = TrainingConfig(batch_size=4, precision="mixed_bfloat16", device="gpu")
+plan = PlanModel(ModelFile("{tmp_path}/attention.keras"), config)
+card = target_for("l4").config_text()
+flash = plan.plan(4, card)["temp_bytes"]
+def missing():
+    raise RuntimeError("cuDNN is not detected.")
+cudnn.check_cudnn_version = missing
+jax.clear_caches()
+sharding = plan._sharding(card)
+state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding), plan._state)
+plain = plan._step.lower(state, plan.batch(4, sharding)).compile().memory_analysis().temp_size_in_bytes
+cnn = PlanModel(ModelFile("calc/data/models/mnist_cnn.keras"), TrainingConfig(batch_size=4, device="gpu"))
+print(json.dumps([plan.asks_the_device, cnn.asks_the_device, flash, plain]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    asks, cnn_asks, flash, plain = json.loads(done.stdout.strip().splitlines()[-1])
+    assert asks and not cnn_asks
+    assert plain - flash >= 4 * 4 * 1024 * 1024 * 2, (flash, plain)

@@ -15,14 +15,14 @@ which a stateless scope refuses): a classifier's head is the one weight made.
 from __future__ import annotations
 
 import math
-import re
 import sys
 import time
 from contextlib import nullcontext
 from typing import Any
 
 from calc.hub import HubModel, HubSpec
-from calc.keras.plan import PlanModel, fresh_session
+from calc.keras.plan import PlanModel, card_answers, fresh_session
+from calc.keras.plan import answer_as_the_card as plan_answers
 from calc.types import TrainingConfig, TrainMode
 
 TASK_CLASS = {"causal_lm": "CausalLM", "text_classifier": "TextClassifier", "image_classifier": "ImageClassifier"}
@@ -113,46 +113,14 @@ def _is_causal_lm(task: Any) -> bool:
     return isinstance(task, keras_hub.models.CausalLM)
 
 
-def card_answers(target_config: str) -> tuple[tuple[int, int], int, str]:
-    """What the card ``target_config`` describes answers when Keras asks the device: its compute
-    capability, its cuDNN version (9.10 is 91000) and its name."""
-    def figure(pattern: str) -> re.Match[str]:
-        found = re.search(pattern, target_config)
-        if found is None:
-            raise ValueError(f"the target names no {pattern!r}")
-        return found
-
-    capability = figure(r"cuda_compute_capability \{ major: (\d+) minor: (\d+) \}")
-    dnn = figure(r"dnn_version_info \{ major: (\d+) minor: (\d+) \}")
-    return ((int(capability[1]), int(capability[2])), int(dnn[1]) * 10000 + int(dnn[2]) * 100,
-            figure(r'device_description_str: "([^"]*)"')[1])
-
-
 def answer_as_the_card(target_config: str) -> None:
-    """Makes Keras and KerasHub choose attention's kernel as they would on the card ``target_config``
-    describes, in this process (which has no GPU).
-
-    The choice is made while the step is traced, by asking the device: Keras's JAX
-    ``dot_product_attention`` takes cuDNN's flash attention where cuDNN is installed, the card
-    is Ampere or newer and the head fits (keras/src/backend/jax/nn.py,
-    ``_can_use_flash_attention``, which calls JAX's cuDNN checks); KerasHub's Gemma, Gemma 3
-    and Mixtral ask whether they run on a GPU and which (``running_on_gpu``, a T4 is denied).
-    Here those questions get the card's answers. Flash attention keeps no score matrix for
-    the backward pass, so on such a card a long sequence needs far less than XLA's own
-    attention, which the plan would otherwise compile.
-    """
+    """``calc.keras.plan.answer_as_the_card``, and KerasHub's own questions: Gemma, Gemma 3 and Mixtral
+    ask whether they run on a GPU and which (``running_on_gpu``; a T4 is denied the fused op)."""
     import keras_hub  # noqa: F401  (its models bind ``running_on_gpu`` by name when imported)
-    from jax._src.cudnn import fused_attention_stablehlo as cudnn
     from keras_hub.src.utils import keras_utils
 
-    capability, cudnn_version, name = card_answers(target_config)
-
-    def version(text: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in text.split("."))
-
-    cudnn.check_cudnn_version = lambda: cudnn_version
-    cudnn.check_compute_capability = lambda c: capability >= version(c)
-    cudnn.is_cuda_compute_capability_equal = lambda c: capability == version(c)
+    plan_answers(target_config)
+    name = card_answers(target_config)[2]
     on_gpu = lambda: True  # noqa: E731
     keras_utils.get_gpu_names = lambda: [name]
     for module in [m for n, m in sys.modules.items() if n.startswith("keras_hub.") and m is not None]:
@@ -192,15 +160,11 @@ class HubPlanModel(PlanModel):
         data = batch_structure(self._model, batch, self._sequence)
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), data)
 
-    _answering: tuple[Any, ...] | None = None  # the card whose answers the last trace heard
+    asks_the_device = True  # every KerasHub text model has attention; an image model's questions cost nothing
+
+    def answer_as_the_card(self, target_config: str) -> None:
+        answer_as_the_card(target_config)
 
     def plan(self, batch: int, target_config: str) -> dict[str, Any]:
-        import jax
-
-        answers = card_answers(target_config)
-        if answers != self._answering:
-            answer_as_the_card(target_config)
-            jax.clear_caches()  # a step traced with another card's answers would be reused
-            self._answering = answers
         return {**super().plan(batch, target_config), "trainable_params": self.trainable_params,
                 "params": self.params}

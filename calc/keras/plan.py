@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -66,6 +67,46 @@ def fresh_session(remat: str | None) -> float:
     return started
 
 
+def card_answers(target_config: str) -> tuple[tuple[int, int], int, str]:
+    """What the card ``target_config`` describes answers when Keras asks the device: its compute
+    capability, its cuDNN version (9.10 is 91000) and its name."""
+    def figure(pattern: str) -> re.Match[str]:
+        found = re.search(pattern, target_config)
+        if found is None:
+            raise ValueError(f"the target names no {pattern!r}")
+        return found
+
+    capability = figure(r"cuda_compute_capability \{ major: (\d+) minor: (\d+) \}")
+    dnn = figure(r"dnn_version_info \{ major: (\d+) minor: (\d+) \}")
+    return ((int(capability[1]), int(capability[2])), int(dnn[1]) * 10000 + int(dnn[2]) * 100,
+            figure(r'device_description_str: "([^"]*)"')[1])
+
+
+def answer_as_the_card(target_config: str) -> None:
+    """Makes Keras choose attention's kernel as it would on the card ``target_config`` describes, in
+    this process (which has no GPU).
+
+    The choice is made while the step is traced, by asking the device: Keras's JAX
+    ``dot_product_attention`` (``MultiHeadAttention`` without dropout, ``GroupedQueryAttention``,
+    KerasHub's LLMs) takes cuDNN's flash attention where cuDNN is installed, the card is Ampere or
+    newer, the inputs are float16 or bfloat16 and the head fits (keras/src/backend/jax/nn.py,
+    ``_can_use_flash_attention``, which calls JAX's cuDNN checks). Here those checks get the
+    card's compute capability and the cuDNN version its target names. Flash attention keeps no
+    score matrix for the backward pass, so on such a card a long sequence needs far less than
+    XLA's own attention, which the plan would otherwise compile.
+    """
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+    capability, cudnn_version, _ = card_answers(target_config)
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in text.split("."))
+
+    cudnn.check_cudnn_version = lambda: cudnn_version
+    cudnn.check_compute_capability = lambda c: capability >= version(c)
+    cudnn.is_cuda_compute_capability_equal = lambda c: capability == version(c)
+
+
 class PlanModel:
     """One model built as ``config`` trains it (the batch aside), ready to plan at any batch and card.
 
@@ -75,6 +116,7 @@ class PlanModel:
     """
 
     def __init__(self, spec: ModelSpec | ModelFile, config: TrainingConfig, remat: str | None = None) -> None:
+        import keras
         import numpy as np
 
         started = fresh_session(remat)
@@ -100,6 +142,9 @@ class PlanModel:
                                            purge_model_variables=False)
         self._shape_x, self._dtype_x, self._shape_y = x_shape[1:], x_dtype, y_shape[1:]
         self._keep(model, groups, lambda path: path.split("/")[0])
+        attention = (keras.layers.MultiHeadAttention, keras.layers.GroupQueryAttention)
+        self.asks_the_device = any(isinstance(layer, attention)
+                                   for layer in model._flatten_layers(include_self=False, recursive=True))
         self.build_seconds = round(time.perf_counter() - started, 2)
 
     def _keep(self, model: Any, groups: tuple[Any, ...], layer_of: Any) -> None:
@@ -120,6 +165,22 @@ class PlanModel:
         optimizer = model.optimizer
         self.optimizer_scopes = frozenset(filter(None, (optimizer.name, getattr(getattr(optimizer, "inner_optimizer",
                                                                                         None), "name", None))))
+
+    asks_the_device = False  # whether the step's trace asks the device (it has attention), set by the build
+    _answering: tuple[Any, ...] | None = None  # the card whose answers the last trace heard
+
+    def answer_as_the_card(self, target_config: str) -> None:
+        answer_as_the_card(target_config)
+
+    def _answer_as(self, target_config: str) -> None:
+        """Before a trace: the card's answers to the device questions the step asks (where it asks any)."""
+        import jax
+
+        answers = card_answers(target_config)
+        if self.asks_the_device and answers != self._answering:
+            self.answer_as_the_card(target_config)
+            jax.clear_caches()  # a step traced with another card's answers would be reused
+            self._answering = answers
 
     def _sharding(self, target_config: str) -> Any:
         """A sharding on one device of the target card (one compile-only topology per card)."""
@@ -152,6 +213,7 @@ class PlanModel:
         import keras
 
         started = time.perf_counter()
+        self._answer_as(target_config)
         sharding = self._sharding(target_config)
 
         def abstract(v: Any) -> Any:
