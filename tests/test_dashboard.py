@@ -1370,15 +1370,12 @@ def test_a_kerashub_text_model_shows_its_longest_sequence_from_the_plans_compile
 
 def test_the_first_kerashub_page_is_the_first_kerashub_setup_shipped():
     """tools/ship_xla_plans.py ships the setup the sidebar opens when "Model from" turns to KerasHub."""
-    import importlib.util
-
     from dashboard.state import parse_query
     from dashboard.xla_jobs import Setup
     from dashboard.xla_step import setup_of
+    from tests.tools import load_tool
 
-    found = importlib.util.spec_from_file_location("ship_xla_plans", "tools/ship_xla_plans.py")
-    ship = importlib.util.module_from_spec(found)
-    found.loader.exec_module(ship)
+    ship = load_tool("ship_xla_plans")
     spec, config, gpus, margin = next(ship.hub_setups())
     inputs, warnings = parse_query({"source": "hub"})
     assert not warnings

@@ -12,6 +12,7 @@ from calc.hub import (NO_ATTENTION, HubSpec, hub_models, lora_parameters, lora_t
                       optimizer_state_bytes)
 from calc.requests import plan_spec_from_dict, spec_to_dict
 from calc.types import TrainingConfig
+from tests.tools import XLA_ATTENTION_TEMP
 
 needs_plan = pytest.mark.skipif(xla.unavailable_reason() is not None,
                                 reason=f"no XLA plan here: {xla.unavailable_reason()}")
@@ -252,10 +253,8 @@ def test_flash_attention_keeps_no_score_matrices_on_an_ampere_card():
     the step Keras runs there calls cuDNN's flash attention, and plans at least a layer's
     probabilities (14 x 1024 x 1024 bfloat16) a layer less than the step with XLA's attention,
     which the same card gets where cuDNN is missing."""
-    code = """
+    code = XLA_ATTENTION_TEMP + """
 import json
-import jax
-from jax._src.cudnn import fused_attention_stablehlo as cudnn
 from calc.hub import make_hub_spec
 from calc.keras.hub import HubPlanModel
 from calc.types import TrainingConfig
@@ -264,13 +263,7 @@ model = HubPlanModel(make_hub_spec("qwen2.5_0.5b_en", 1024, 4, "bfloat16"),
                      TrainingConfig(batch_size=1, optimizer="adamw", device="gpu"))
 card = target_for("l4").config_text()
 flash = model.plan(1, card)["temp_bytes"]
-def missing():
-    raise RuntimeError("cuDNN is not detected.")
-cudnn.check_cudnn_version = missing
-jax.clear_caches()
-print(json.dumps([flash, model._step.lower(*[jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype,
-    sharding=model._sharding(card)), model._state)], model.batch(1, model._sharding(card))).compile()
-    .memory_analysis().temp_size_in_bytes]))
+print(json.dumps([flash, xla_attention_temp(model, 1, card)]))
 """
     flash, xla_attention = _in_a_plan_child(code)
     probabilities = 24 * 14 * 1024 * 1024 * 2

@@ -23,6 +23,7 @@ from calc.types import TrainingConfig
 from calc.validation import GPU_TF_XLA_DATA, load_measurements
 from calc.workers import plans
 from calc.xla import cache
+from tests.tools import XLA_ATTENTION_TEMP
 
 MIB = 2**20
 
@@ -479,9 +480,8 @@ def test_an_own_model_with_attention_plans_flash_attention_on_an_ampere_card(tmp
 
     from calc.workers.plans import plan_env
 
-    code = f"""
-import json, keras, jax
-from jax._src.cudnn import fused_attention_stablehlo as cudnn
+    code = XLA_ATTENTION_TEMP + f"""
+import json, keras
 from calc.catalogue import ModelFile
 from calc.keras.plan import PlanModel
 from calc.types import TrainingConfig
@@ -494,13 +494,7 @@ config = TrainingConfig(batch_size=4, precision="mixed_bfloat16", device="gpu")
 plan = PlanModel(ModelFile("{tmp_path}/attention.keras"), config)
 card = target_for("l4").config_text()
 flash = plan.plan(4, card)["temp_bytes"]
-def missing():
-    raise RuntimeError("cuDNN is not detected.")
-cudnn.check_cudnn_version = missing
-jax.clear_caches()
-sharding = plan._sharding(card)
-state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding), plan._state)
-plain = plan._step.lower(state, plan.batch(4, sharding)).compile().memory_analysis().temp_size_in_bytes
+plain = xla_attention_temp(plan, 4, card)
 cnn = PlanModel(ModelFile("calc/data/models/mnist_cnn.keras"), TrainingConfig(batch_size=4, device="gpu"))
 print(json.dumps([plan.asks_the_device, cnn.asks_the_device, flash, plain]))
 """

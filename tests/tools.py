@@ -37,3 +37,22 @@ def xla_margin(user: float = 0.05) -> float:
     cases = json.loads(path.read_text())["cases"]
     measured = max(1 - c["predicted_bytes"] / max(c.get("runs_bytes") or [c["measured_bytes"]]) for c in cases)
     return max(user, measured)
+
+
+# Python for a plan child (``calc.workers.plans.plan_env``): the temporaries of a ``calc.keras.plan.PlanModel``'s
+# step at ``batch`` on the card ``card`` (its target text) with XLA's own attention, as on a machine whose cuDNN
+# is missing. Call it after the model's own ``plan``, which answered as the card.
+XLA_ATTENTION_TEMP = '''
+def xla_attention_temp(plan, batch, card):
+    import jax
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+    def missing():
+        raise RuntimeError("cuDNN is not detected.")
+
+    cudnn.check_cudnn_version = missing
+    jax.clear_caches()
+    sharding = plan._sharding(card)
+    state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding), plan._state)
+    return plan._step.lower(state, plan.batch(batch, sharding)).compile().memory_analysis().temp_size_in_bytes
+'''
