@@ -1,6 +1,6 @@
 """Screenshots of every page in every language, of the Formula page's presentation mode and of its handout.
 
-    python tools/screenshots.py [--out docs/screenshots] [--lang en ja ko]
+    python tools/screenshots.py [--out docs/screenshots] [--lang en ja ko] [--only-kerashub]
 
 Serves the dashboard with ``streamlit run`` on a free port and drives the system's
 Chromium with Playwright (as tests/test_browser.py does). Japanese and Korean need a CJK
@@ -8,7 +8,7 @@ font on the machine (Debian: ``apt-get install fonts-noto-cjk``), else they show
 The link's XLA plan is first compiled with what fills its peak (the shipped plan leaves that
 out; one compile, in the server's own cache), so that the pages show XLA's split; so is a
 KerasHub link's (Gemma 2 2B with LoRA on an L4). Writes ``<page>-<lang>.png``,
-``estimator-kerashub-<lang>.png``, ``formula-present-<width>x<height>-<lang>.png`` at 1920x1080
+``estimator-kerashub-<lang>.png``, ``formula-kerashub-<lang>.png``, ``formula-present-<width>x<height>-<lang>.png`` at 1920x1080
 and 1280x720, and ``handout-<lang>.png``, and prints each path.
 """
 
@@ -122,13 +122,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--lang", nargs="+", default=["en", "ja", "ko"])
+    parser.add_argument("--only-kerashub", action="store_true", help="the KerasHub link's pages alone")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     args.out.mkdir(parents=True, exist_ok=True)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with tempfile.TemporaryDirectory() as cache:
-        explain_link(cache)
+        if not args.only_kerashub:
+            explain_link(cache)
         compile_hub_link(cache)
         proc, url = serve(cache)
         try:
@@ -136,9 +138,12 @@ def main() -> None:
                 browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
                 page = browser.new_page(viewport=VIEWPORT)
                 for lang in args.lang:
+                    shoot(page, f"{url}/?{HUB_LINK}&lang={lang}", args.out / f"estimator-kerashub-{lang}.png")
+                    shoot(page, f"{url}/formula?{HUB_LINK}&lang={lang}", args.out / f"formula-kerashub-{lang}.png")
+                    if args.only_kerashub:
+                        continue
                     for name, path in PAGES.items():
                         shoot(page, f"{url}/{path}?{LINK}&lang={lang}", args.out / f"{name}-{lang}.png")
-                    shoot(page, f"{url}/?{HUB_LINK}&lang={lang}", args.out / f"estimator-kerashub-{lang}.png")
                     shoot_handout(page, f"{url}/formula?{LINK}&lang={lang}", args.out / f"handout-{lang}.png")
                     for size in PROJECTORS:
                         projected = browser.new_page(viewport=size)
