@@ -504,3 +504,39 @@ print(json.dumps([plan.asks_the_device, cnn.asks_the_device, flash, plain]))
     asks, cnn_asks, flash, plain = json.loads(done.stdout.strip().splitlines()[-1])
     assert asks and not cnn_asks
     assert plain - flash >= 4 * 4 * 1024 * 1024 * 2, (flash, plain)
+
+
+@pytest.mark.keras
+def test_a_step_xla_has_no_gemm_configuration_for_is_compiled_again_with_cublas():
+    """XLA without a device refuses some GEMM fusions it has no default configuration for (Gemma 2 2B at
+    32 x 280 tokens on an L4); the plan compiles that step again with cuBLAS for every matrix product and
+    says so. Here the refusal is made to happen on a small file's first compile."""
+    import subprocess
+    import sys
+
+    from calc.workers.plans import plan_env
+
+    code = """
+import json
+from jax._src import stages
+from calc.catalogue import ModelFile
+from calc.keras.plan import NO_GEMM_CONFIG, PlanModel
+from calc.types import TrainingConfig
+from calc.xla.targets import target_for
+compile = stages.Lowered.compile
+calls = []
+def refusing(self, compiler_options=None, **kwargs):
+    calls.append(compiler_options)
+    if compiler_options is None:
+        raise RuntimeError("INTERNAL: Failed to get configs for: 1 out of 3 instructions. " + NO_GEMM_CONFIG + " for HLO")
+    return compile(self, compiler_options=compiler_options, **kwargs)
+stages.Lowered.compile = refusing
+plan = PlanModel(ModelFile("calc/data/models/mlp.keras"), TrainingConfig(batch_size=8, device="gpu"))
+raw = plan.plan(8, target_for("l4").config_text())
+print(json.dumps([calls, raw.get("triton_gemm"), raw["temp_bytes"] > 0]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    calls, triton, planned = json.loads(done.stdout.strip().splitlines()[-1])
+    assert calls == [None, {"xla_gpu_enable_triton_gemm": False}] and triton is False and planned

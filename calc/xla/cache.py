@@ -42,7 +42,7 @@ CACHE_ENTRIES = 2000  # families on disk
 # the child's answer is left out of the shipped file.
 KEPT_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "trainable_bytes",
                "non_trainable_bytes", "optimizer_bytes", "metrics_bytes", "batch_bytes", "build_seconds",
-               "compile_seconds", "jax", "keras", "peak")
+               "compile_seconds", "jax", "keras", "peak", "triton_gemm")
 # Of those, what the shipped file leaves out (it holds hundreds of plans): what fills each peak, but
 # for the plan a first visit shows (tools/ship_xla_plans.py), whose largest layers it names.
 NOT_SHIPPED = ("peak",)
