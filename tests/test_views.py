@@ -286,3 +286,39 @@ def test_a_largest_batch_that_fits_only_by_recomputation_says_so_and_that_it_is_
     on_line = KnownPlans({b: plans[b] for b in (8, 16)}, PlanCurve.of(
         [CompiledPoint(b, plans[b].peak_bytes, plans[b].temporaries_bytes) for b in (8, 16)], memory))
     assert remat_note(xla_answer(on_line, 16, plan_budget(gpu, 0.05)), Inputs(batch_size=16, gpu="t4")) is None
+
+
+def test_a_kerashub_lesson_gives_each_setup_s_weights_their_arithmetic():
+    """The weight terms of dashboard.hub_lesson for LoRA with a new head, a frozen backbone and full
+    training, on made-up plans: the arithmetic from the parameter counts, and what the plan holds
+    beyond it named; the terms add up to the plan's weights."""
+    from calc.hub import hub_models, lora_counts, make_hub_spec
+    from calc.xla import XlaPlan
+    from dashboard.hub_lesson import weight_terms
+    from dashboard.state import Inputs
+
+    def plan(weights, trainable):
+        return XlaPlan(weights_bytes=weights, optimizer_state_bytes=0, input_batch_bytes=0, temporaries_bytes=0,
+                       outputs_bytes=0, outside_step_bytes=0, target="t4", trainable_weights_bytes=trainable)
+
+    bert = hub_models()["bert_base_en_uncased"]
+    adapters, biases = lora_counts(bert, 8)
+    head = 4 * (768 * 2 + 2)  # a new Dense(2) over the 768 features, float32
+    lora = 4 * adapters + 4 * biases
+    frozen = 4 * (bert.params - biases) + 8 * 13  # the rest, and 13 dropout seeds
+    terms = weight_terms(plan(frozen + lora + head, lora + head), make_hub_spec("bert_base_en_uncased", 128, 8,
+                                                                                "float32"),
+                         Inputs(source="hub", hub="bert_base_en_uncased", lora_rank=8))
+    assert [t.symbol for t in terms] == [r"W_{frozen}", r"W_{train}"]
+    assert terms[0].nbytes + terms[1].nbytes == frozen + lora + head
+    assert f"({bert.params:,} - {biases:,}) x 4 B" in terms[0].how and "dropout layer's seed" in terms[0].how
+    assert f"{adapters:,} x 4 B + {biases:,} x 4 B" in terms[1].how and "the new head of 2 classes" in terms[1].how
+    frozen_backbone = weight_terms(plan(4 * bert.params + head, head), make_hub_spec("bert_base_en_uncased", 128),
+                                   Inputs(source="hub", hub="bert_base_en_uncased", hub_frozen=True))
+    assert [t.nbytes for t in frozen_backbone] == [4 * bert.params, head]
+    assert f"{bert.params:,} x 4 B" in frozen_backbone[0].how and "alone" in frozen_backbone[1].how
+    gpt2 = hub_models()["gpt2_base_en"]
+    full = weight_terms(plan(2 * gpt2.params + 8 * 37, 2 * gpt2.params), make_hub_spec("gpt2_base_en", 128),
+                        Inputs(source="hub", hub="gpt2_base_en", lora_rank=0))
+    assert len(full) == 1 and full[0].nbytes == 2 * gpt2.params + 8 * 37
+    assert f"{gpt2.params:,} x 2 B" in full[0].how and "dropout layer's seed" in full[0].how
