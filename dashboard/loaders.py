@@ -103,6 +103,15 @@ def load_gpu_slices() -> tuple[dict, dict]:
 
 
 @st.cache_data(show_spinner=False)
+def hub_predictions() -> dict[str, int]:
+    """The KerasHub steps predicted for a GPU and on record before they are measured (set ``hub_gpu`` of
+    ``validation/planned.json``, ``tools/measure_gpu_hub.py``): case -> XLA's planned peak."""
+    from calc.validation.planned import planned_predictions
+
+    return planned_predictions("hub_gpu")
+
+
+@st.cache_data(show_spinner=False)
 def load_own_models() -> dict:
     """The report of the own-model slice: saved files that are not Keras applications."""
     from calc.validation import CUSTOM_REPORT, load_report

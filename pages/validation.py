@@ -3,7 +3,7 @@ import streamlit as st
 
 from dashboard import charts, figures, views
 from dashboard.i18n import tr
-from dashboard.loaders import (accuracy_line, load_gpu_slices, load_own_models, load_plan_report, load_validation,
+from dashboard.loaders import (accuracy_line, hub_predictions, load_gpu_slices, load_own_models, load_plan_report, load_validation,
                                noise_line, slice_line, xla_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
@@ -37,6 +37,13 @@ st.caption(tr("Which step each table describes: the CPU set and your own models 
               "(`jit_compile=False`) against the graph-executor walk; on the H100, the graph-executor slice does the "
               "same, and the XLA slice (`jit_compile=True`) is scored against the walk and, where its report exists, "
               "against XLA's own plan (`calc.xla`)."))
+if hub:
+    st.subheader(tr("KerasHub steps: predicted, to be measured on a GPU"))
+    st.caption(tr("XLA's plans of these steps on an H200, committed before any GPU measures them "
+                  "(tools/measure_gpu_hub.py); each will be measured as a user runs it, with random weights."))
+    st.dataframe(pd.DataFrame({tr("case"): list(predicted := hub_predictions()),
+                               tr("predicted_bytes"): list(predicted.values())}), hide_index=True,
+                 column_config={tr("predicted_bytes"): st.column_config.NumberColumn(format="localized")})
 st.caption(accuracy_line())
 st.caption(noise_line())
 try:

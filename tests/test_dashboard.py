@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import streamlit as st
@@ -1283,6 +1284,11 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
     validation = app(HUB, page="pages/validation.py")
     assert not validation.exception and any("No KerasHub step has been measured against its plan yet" in i.value
                                             for i in validation.info)
+    # The KerasHub steps predicted before a GPU measures them, as validation/planned.json has them.
+    planned = {c["case"]: c["predicted_peak_bytes"] for c in json.loads(Path("validation/planned.json").read_text())[
+        "cases"] if c.get("set") == "hub_gpu"}
+    shown = validation.dataframe[0].value
+    assert dict(zip(shown["case"], shown["predicted_bytes"])) == planned and len(planned) >= 6
     assert not any(s.value == "Measure this configuration now" for s in validation.subheader)
     for lang, start in (("ja", "gemma2_2b_en: パラメータ 2,614,341,888 個 (Gemma)"),
                         ("ko", "gemma2_2b_en: 파라미터 2,614,341,888개 (Gemma)")):
