@@ -15,7 +15,7 @@ from calc.hub import DTYPE_BYTES, LORA_BYTES, OPTIMIZER_SCALAR_BYTES, HubSpec, l
 from calc.types import TrainingConfig
 from calc.xla import XlaPlan
 from dashboard.i18n import tr
-from dashboard.lesson import Term
+from dashboard.lesson import Term, handout_page, terms_html
 from dashboard.state import Inputs
 from dashboard.views import fmt, hub_frozen
 from dashboard.xla_view import XlaAnswer, XlaLesson, xla_terms
@@ -121,3 +121,15 @@ def hub_lesson(answer: XlaAnswer | None, spec: HubSpec, config: TrainingConfig, 
              state=fmt(state, inputs, 3), rest=fmt(plan.peak_bytes - state, inputs, 3),
              batch=config.per_replica_batch)
     return XlaLesson(tuple(terms), plan.peak_bytes, (), why)
+
+
+def hub_handout_html(taught: XlaLesson, inputs: Inputs, setup: str, step: str, *, link: str = "", made: str = "",
+                     version: str = "") -> str:
+    """The KerasHub lesson as a printable page: ``setup`` (the step's line), ``step`` (what it teaches), its
+    terms with their arithmetic and the sum, and what the state and the rest are."""
+    from html import escape
+
+    heading = tr("XLA's plan, with your numbers")
+    body = (f"<h2>{escape(heading)}</h2>"
+            f"{terms_html(list(taught.terms), taught.peak_bytes, inputs)}<p>{escape(taught.why)}</p>")
+    return handout_page(inputs, setup, step, body, link=link, made=made, version=version)

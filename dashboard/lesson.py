@@ -341,6 +341,45 @@ def why_rules_are_off() -> str:
         "- **A frozen backbone** keeps almost nothing for the backward pass; the rules still count every activation.")
 
 
+def _html(markdown: str) -> str:
+    """A term's Markdown (code and bold alone) as HTML, escaped."""
+    from html import escape
+
+    out = escape(markdown)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+
+
+def terms_html(terms: list[Term], peak_bytes: int, inputs: Inputs) -> str:
+    """The sum's symbols, then each term with its arithmetic and value, and the peak, as a handout shows them."""
+    from html import escape
+
+    rows = "".join(f"<tr><td><b>{escape(_plain_symbol(t.symbol))}</b></td><td>{escape(t.name)}</td>"
+                   f"<td>{_html(t.how)}</td><td class=n>{escape(fmt(t.nbytes, inputs, 3))}</td></tr>" for t in terms)
+    return (f"<p><b>M<sub>peak</sub> = {escape(' + '.join(_plain_symbol(t.symbol) for t in terms))}</b></p>"
+            f"<table>{rows}<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
+            f"<td class=n><b>{escape(fmt(peak_bytes, inputs, 3))}</b></td></tr></table>")
+
+
+def handout_page(inputs: Inputs, setup: str, step: str, body: str, *, link: str = "", made: str = "",
+                 version: str = "") -> str:
+    """A printable page: the title, the setup, which step it teaches (Markdown), where it comes from (``link``
+    reproduces it, ``made`` is the date, ``version`` the tool's), then ``body`` (HTML)."""
+    from html import escape
+
+    source = " · ".join(escape(x) for x in (made, f"keras-memory-calc {version}" if version else "") if x)
+    if link:
+        source += (" · " if source else "") + f'<a href="{escape(link, quote=True)}">{escape(link)}</a>'
+    return (
+        f"<!doctype html><html lang={escape(inputs.lang)}><meta charset=utf-8>"
+        f"<title>{escape(tr('The formula, with your numbers'))}</title>"
+        "<style>body{font:14px/1.5 sans-serif;max-width:60em;margin:2em auto}td,th{border-top:1px solid #ccc;"
+        "padding:.3em .6em;vertical-align:top;text-align:left}.n{text-align:right;white-space:nowrap}"
+        "code{font-size:90%}.src{color:#555;font-size:90%;word-break:break-all}</style>"
+        f"<h1>{escape(tr('The formula, with your numbers'))}</h1><p>{escape(setup)}</p><p>{_html(step)}</p>"
+        + (f"<p class=src>{source}</p>" if source else "") + f"{body}</html>")
+
+
 def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name: str, *, link: str = "",
                  made: str = "", version: str = "", xla: XlaLesson | None = None) -> str:
     """A printable page of the same lesson: which step it teaches, the setup, every term with its
@@ -348,25 +387,14 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
     ``xla``: XLA's plan as a lesson (``dashboard.xla_view.xla_lesson``), a section of its own."""
     from html import escape
 
-    def text(markdown: str) -> str:
-        out = escape(markdown)
-        out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-        return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
-
     setup = tr("{model} at {size} px, batch {batch} ({per} per GPU on {gpus}), {opt}, {precision}, {gpu}",
                model=inputs.model if inputs.source == "catalogue" else tr("your model"), size=inputs.image_size,
                batch=inputs.batch_size, per=n.batch, gpus=inputs.num_gpus, opt=inputs.optimizer,
                precision=inputs.precision, gpu=gpu_name)
-    def term_rows(shown: list[Term]) -> str:
-        return "".join(f"<tr><td><b>{escape(_plain_symbol(t.symbol))}</b></td><td>{escape(t.name)}</td>"
-                       f"<td>{text(t.how)}</td><td class=n>{escape(fmt(t.nbytes, inputs, 3))}</td></tr>" for t in shown)
-
-    rows = term_rows(terms)
     comparison = rule_comparison(n)
     head = "<tr>" + "".join(f"<th>{escape(str(k))}</th>" for k in (comparison[0] if comparison else {})) + "</tr>"
     rules = head + "".join("<tr>" + "".join(f"<td>{escape(_cell(v, inputs))}</td>" for v in row.values()) + "</tr>"
                            for row in comparison)
-    symbols = " + ".join(_plain_symbol(t.symbol) for t in terms)
     step = tr("This handout teaches the step TensorFlow's graph executor runs (`jit_compile=False`). Keras compiles "
               "the step with XLA on a GPU by default; the dashboard's Estimator and Formula pages show XLA's own plan.")
     if xla is not None:
@@ -380,32 +408,13 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
         versus_rows = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row.values()) + "</tr>"
                               for row in versus)
         xla_section = (
-            f"<h2>{escape(heading)}</h2>"
-            f"<p><b>M<sub>peak</sub> = {escape(' + '.join(_plain_symbol(t.symbol) for t in xla.terms))}</b></p>"
-            f"<table>{term_rows(list(xla.terms))}<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
-            f"<td class=n><b>{escape(fmt(xla.peak_bytes, inputs, 3))}</b></td></tr></table>"
+            f"<h2>{escape(heading)}</h2>{terms_html(list(xla.terms), xla.peak_bytes, inputs)}"
             f"<h3>{escape(tr('Why it differs from the walk'))}</h3><table>{versus_head}{versus_rows}</table>"
-            f"<p>{text(xla.why)}</p>")
-    source = " · ".join(escape(x) for x in (made, f"keras-memory-calc {version}" if version
-                                             else "") if x)
-    if link:
-        source += (" · " if source else "") + f'<a href="{escape(link, quote=True)}">{escape(link)}</a>'
-    return (
-        f"<!doctype html><html lang={escape(inputs.lang)}><meta charset=utf-8>"
-        f"<title>{escape(tr('The formula, with your numbers'))}</title>"
-        "<style>body{font:14px/1.5 sans-serif;max-width:60em;margin:2em auto}td,th{border-top:1px solid #ccc;"
-        "padding:.3em .6em;vertical-align:top;text-align:left}.n{text-align:right;white-space:nowrap}"
-        "code{font-size:90%}.src{color:#555;font-size:90%;word-break:break-all}</style>"
-        f"<h1>{escape(tr('The formula, with your numbers'))}</h1><p>{escape(setup)}</p><p>{text(step)}</p>"
-        + (f"<p class=src>{source}</p>" if source else "")
-        + f"<h2>{escape(tr('1. What this tool computes'))}</h2>"
-        f"<p><b>M<sub>peak</sub> = {escape(symbols)}</b></p><table>{rows}"
-        f"<tr><td><b>M<sub>peak</sub></b></td><td></td><td></td>"
-        f"<td class=n><b>{escape(fmt(n.breakdown.peak_bytes, inputs, 3))}</b></td></tr></table>"
-        f"<h2>{escape(tr('2. The rules of thumb people use, for the same configuration'))}</h2><table>{rules}</table>"
-        f"<p>{text(largest_markdown(n, inputs, gpu_name))}</p>"
-        f"{xla_section}</html>"
-    )
+            f"<p>{_html(xla.why)}</p>")
+    body = (f"<h2>{escape(tr('1. What this tool computes'))}</h2>{terms_html(terms, n.breakdown.peak_bytes, inputs)}"
+            f"<h2>{escape(tr('2. The rules of thumb people use, for the same configuration'))}</h2><table>{rules}</table>"
+            f"<p>{_html(largest_markdown(n, inputs, gpu_name))}</p>{xla_section}")
+    return handout_page(inputs, setup, step, body, link=link, made=made, version=version)
 
 
 def handout_source(inputs: Inputs) -> dict[str, str]:

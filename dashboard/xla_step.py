@@ -278,7 +278,7 @@ def teach_hub(inputs: Inputs, gpu: GpuPreset) -> None:
     """The Formula page for a KerasHub model: XLA's plan of its step as a lesson (``dashboard.hub_lesson``),
     in presentation mode too; or why there is none yet. The page ends here."""
     from dashboard import presentation
-    from dashboard.hub_lesson import hub_lesson
+    from dashboard.hub_lesson import hub_handout_html, hub_lesson
 
     try:
         spec = hub_spec_of(inputs)
@@ -289,7 +289,15 @@ def teach_hub(inputs: Inputs, gpu: GpuPreset) -> None:
     if inputs.present and taught is not None:
         st.html(presentation.CSS)
     st.title(tr("The formula, with your numbers"))
-    st.toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
+    top = st.columns([1, 1, 2])
+    top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
+    step = tr("The step Keras runs on the JAX backend (jit_compile=True), planned by XLA for {gpu}: its parts add up "
+              "to the plan's peak to the byte, and where the parameter counts give a part, its arithmetic is shown "
+              "with your numbers.", gpu=gpu.name)
+    if taught is not None:
+        top[1].download_button(tr("Handout (HTML, printable)"), hub_handout_html(
+            taught, inputs, hub_line(spec, inputs), step, **lesson.handout_source(inputs)), "memory-formula.html",
+            "text/html", key="dl_handout")
     if taught is None:
         st.info(tr("XLA's plan of this KerasHub step at this batch is not known on this server yet: the Estimator "
                    "compiles it, and this page teaches it once it is known."))
@@ -301,9 +309,7 @@ def teach_hub(inputs: Inputs, gpu: GpuPreset) -> None:
         st.stop()
     st.caption(hub_line(spec, inputs))
     st.header(header)
-    st.caption(tr("The step Keras runs on the JAX backend (jit_compile=True), planned by XLA for {gpu}: its parts add "
-                  "up to the plan's peak to the byte, and where the parameter counts give a part, its arithmetic is "
-                  "shown with your numbers.", gpu=gpu.name))
+    st.caption(step)
     st.latex(lesson.symbols_latex(list(taught.terms)))
     for term in taught.terms:
         st.markdown(lesson.term_markdown(term, inputs))

@@ -1415,3 +1415,17 @@ def test_the_formula_teaches_a_kerashub_step_from_its_parameter_counts_and_its_p
     for lang in ("ja", "ko"):
         there = app({**HUB, "lang": lang}, page="pages/formula.py")
         assert _latex_terms(there)[-1] == round(plan.peak_bytes / GIB, 3)
+    # The printable handout: every term with its value, the sum, and a link that cannot inject markup.
+    from dashboard.hub_lesson import hub_handout_html, hub_lesson
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+    from dashboard.xla_step import hub_spec_of, xla_answer_for
+
+    inputs, _ = parse_query(HUB)
+    taught = hub_lesson(xla_answer_for(inputs, GPU_PRESETS["l4"]), hub_spec_of(inputs), config_of(inputs), inputs)
+    html = hub_handout_html(taught, inputs, "gemma2_2b_en <b>", "the step", link='?hub="><script>', made="2026-11-28")
+    assert "<script>" not in html and "gemma2_2b_en &lt;b&gt;" in html
+    for term in taught.terms:
+        assert f"<td class=n>{fmt(term.nbytes, Inputs(), 3)}</td>" in html
+    assert f"<b>{fmt(plan.peak_bytes, Inputs(), 3)}</b>" in html and any(b.key == "dl_handout" for b in at.get(
+        "download_button"))
