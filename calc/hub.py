@@ -40,6 +40,9 @@ class HubModel:
     backbone: dict[str, Any] = field(hash=False)  # the backbone's keyword arguments
     architecture_source: str = ""
     params_source: str = ""
+    # Where keras-hub publishes another count than the backbone's (EfficientNet: timm's count of the
+    # 1,000-class classifier's trainable parameters), that count; 0 where ``params`` is the published one.
+    published_params: int = 0
 
     @property
     def text(self) -> bool:
@@ -58,7 +61,7 @@ class HubModel:
 
     @property
     def image_shape(self) -> tuple[int, ...] | None:
-        shape = self.backbone.get("image_shape")
+        shape = self.backbone.get("image_shape") or self.backbone.get("input_shape")  # EfficientNet's name
         return tuple(shape) if shape else None
 
 
@@ -67,7 +70,8 @@ def hub_models() -> dict[str, HubModel]:
     """Every KerasHub preset of the data file, by preset name."""
     data = json.loads(HUB_DATA.read_text())
     return {m["preset"]: HubModel(m["preset"], m["family"], m["task"], int(m["params"]), m["description"],
-                                  dict(m["backbone"]), m.get("architecture_source", ""), m.get("params_source", ""))
+                                  dict(m["backbone"]), m.get("architecture_source", ""), m.get("params_source", ""),
+                                  int(m.get("published_params", 0)))
             for m in data["models"]}
 
 

@@ -24,7 +24,7 @@ def test_every_preset_names_its_sources_and_a_known_task():
     families = {m.family for m in models.values()}
     assert {"Gemma", "Gemma3", "Llama3", "Mistral", "Qwen", "Phi3", "GPT2", "Bert", "Roberta", "DebertaV3",
             "ViT", "DeiT", "ResNet", "DenseNet", "VGG", "MobileNet", "Xception", "HGNetV2",
-            "SwinTransformer"} <= families
+            "SwinTransformer", "EfficientNet", "CSPNet"} <= families
     for m in models.values():
         assert m.architecture_source.startswith("https://") and m.params_source.startswith("keras-hub ")
         assert m.task in ("causal_lm", "text_classifier", "image_classifier") and m.params > 0
@@ -78,18 +78,23 @@ def _in_a_plan_child(code: str) -> dict:
 @needs_plan
 @pytest.mark.keras
 def test_every_preset_is_built_without_its_weights_to_its_published_parameter_count():
-    """41 presets, 73 billion parameters in all, built in one process that stays near a gigabyte:
+    """45 presets, 74 billion parameters in all, built in one process that stays near a gigabyte:
     no weight is made, and each model has exactly the parameters keras-hub publishes for it."""
     answer = _in_a_plan_child(
         "import json, resource\n"
         "from calc.hub import hub_models\n"
         "from calc.keras.hub import backbone_parameters\n"
-        "from calc.keras.hub import lora_trainable_parameters\n"
+        "from calc.keras.hub import classifier_trainable_parameters, lora_trainable_parameters\n"
         "counts = {p: backbone_parameters(m) for p, m in hub_models().items()}\n"
         "lora = {p: lora_trainable_parameters(m, 4) for p, m in hub_models().items()}\n"
-        "print(json.dumps({'counts': counts, 'lora': lora,\n"
+        "timm = {p: classifier_trainable_parameters(m, 1000) for p, m in hub_models().items() if m.published_params}\n"
+        "print(json.dumps({'counts': counts, 'lora': lora, 'timm': timm,\n"
         "                  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
     assert answer["counts"] == {p: m.params for p, m in hub_models().items()}
+    # Where keras-hub publishes timm's count (EfficientNet, CSPNet), it is the 1,000-class classifier's trainable
+    # parameters: the backbone's trainable ones and the head's (features x 1,000 + 1,000), exactly.
+    assert answer["timm"] == {p: m.published_params for p, m in hub_models().items() if m.published_params}
+    assert len(answer["timm"]) >= 4
     # LoRA's trainable parameters are what its shapes imply, for every family the formula describes.
     described = {p: lora_parameters(m, 4) for p, m in hub_models().items() if lora_parameters(m, 4) is not None}
     assert len(described) >= 20 and described == {p: answer["lora"][p] for p in described}

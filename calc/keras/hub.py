@@ -56,6 +56,19 @@ def backbone_parameters(model: HubModel) -> int:
     return int(deferred_backbone(model).count_params())
 
 
+def classifier_trainable_parameters(model: HubModel, classes: int) -> int:
+    """The trainable parameters of the preset's image classifier with ``classes`` outputs (no backbone
+    weight made; the head is)."""
+    import keras
+    import keras_hub
+
+    keras.backend.clear_session()
+    backbone = deferred_backbone(model)
+    task = getattr(keras_hub.models, f"{model.family}{TASK_CLASS[model.task]}")(backbone=backbone, preprocessor=None,
+                                                                              num_classes=classes)
+    return sum(math.prod(v.shape) for v in task.trainable_weights)
+
+
 def lora_trainable_parameters(model: HubModel, rank: int) -> int:
     """The backbone's trainable parameters once LoRA is enabled at ``rank`` (no weight made)."""
     import keras
