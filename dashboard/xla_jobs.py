@@ -38,7 +38,7 @@ from calc.types import TrainingConfig
 from calc.workers.failures import FailureMemory
 from calc.workers.plans import PlanBusy, PlanCancelled, PlanWorker
 from calc.xla.compute import compile_request
-from calc.xla.search import XlaMaxSequence, sequence_search
+from calc.xla.search import XlaMaxSequence, known_sequence_search
 
 COMPILES_ENV = "CALC_XLA_COMPILES"
 WORKERS_ENV = "CALC_XLA_WORKERS"
@@ -119,12 +119,8 @@ class Want:
         """SEQUENCE: the longest sequence that fits, or the next length to compile (``calc.xla.search``)."""
         spec = self.setup.spec
         assert isinstance(spec, HubSpec)
-
-        def peak_at(tokens: int) -> int | None:
-            plan = known_of(self.at_length(tokens)).plans.get(self.batch)
-            return None if plan is None else plan.peak_bytes
-
-        return sequence_search(peak_at, self.budget_bytes, spec.sequence_length, spec.model.sequence_limit)
+        return known_sequence_search(spec, self.batch, self.budget_bytes,
+                                     lambda at: known_of(replace(self.setup, spec=at)))[0]
 
     def next_task(self, known_of: Callable[[Setup], xla.KnownPlans]) -> tuple[Setup, int] | None:
         """The compile the want needs now, (setup, one-device batch); None when it needs none."""

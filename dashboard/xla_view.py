@@ -16,7 +16,7 @@ from calc.gpus import GpuPreset
 from calc.hub import HubSpec, lora_counts
 from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
-from calc.xla.search import XlaMaxSequence, sequence_search
+from calc.xla.search import XlaMaxSequence, known_sequence_search
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
 from dashboard.state import Inputs
@@ -458,16 +458,8 @@ def sequence_view(spec: HubSpec, batch: int, answer: XlaAnswer,
                   known_of: Callable[[HubSpec], KnownPlans]) -> SequenceView:
     """The search for the longest sequence at one device's ``batch`` replayed over the plans known
     (``known_of`` gives a length's plans); nothing is compiled here."""
-    read: dict[int, int] = {}
-
-    def peak_at(tokens: int) -> int | None:
-        plan = known_of(replace(spec, sequence_length=tokens)).plans.get(batch)
-        if plan is not None:
-            read[tokens] = plan.peak_bytes
-        return None if plan is None else plan.peak_bytes
-
     budget = answer.budget
-    found = sequence_search(peak_at, budget.plan_bytes, spec.sequence_length, spec.model.sequence_limit)
+    found, read = known_sequence_search(spec, batch, budget.plan_bytes, known_of)
     done = found if isinstance(found, XlaMaxSequence) else None
     return SequenceView(batch, tuple((n, b + budget.overhead_bytes) for n, b in sorted(read.items())),
                         None if done is None else done.max_sequence, None if done is None else done.exceeds,

@@ -83,25 +83,15 @@ def hub_setups(gpus: list[str] | None = None):
 
 def sequence_families(spec, config, gpu: str, margin: float):
     """The specs at every length the longest-sequence search at ``config``'s batch reads (a text model's)."""
+    from calc import xla
     from calc.xla import plan_budget
-    from calc.xla.search import sequence_search
+    from calc.xla.search import known_sequence_search
 
     if not spec.model.text:
         return []
-    read = []
-
-    def peak_at(n: int):
-        from calc import xla
-
-        at = replace(spec, sequence_length=n)
-        plan = xla.known_plans(at, config, gpu).plans.get(config.batch_size)
-        if plan is not None:
-            read.append(at)
-        return None if plan is None else plan.peak_bytes
-
-    sequence_search(peak_at, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes, spec.sequence_length,
-                    spec.model.sequence_limit)
-    return read
+    _, read = known_sequence_search(spec, config.batch_size, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes,
+                                    lambda at: xla.known_plans(at, config, gpu))
+    return [replace(spec, sequence_length=n) for n in read]
 
 
 def compile_curve(spec, config, gpu: str, margin: float) -> str:

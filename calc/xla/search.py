@@ -15,7 +15,7 @@ from typing import Any, Callable
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
 from calc.types import TrainingConfig
-from calc.xla.compute import compute_plan, known_curve, known_plans
+from calc.xla.compute import KnownPlans, compute_plan, known_curve
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
 
 
@@ -152,17 +152,20 @@ def sequence_search(peak_at: Callable[[int], int | None], usable_bytes: int, sta
         return int(missing.args[0])
 
 
-def known_sequence_search(spec: HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int,
-                          remat: str = "") -> XlaMaxSequence | int:
-    """``sequence_search`` for a KerasHub text model at ``config``'s per-device batch, from the plans
-    shipped or on disk (nothing is compiled), starting at the spec's sequence length."""
-    one = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
+def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int,
+                          known_of: Callable[[HubSpec], KnownPlans]) -> tuple[XlaMaxSequence | int, dict[int, int]]:
+    """``sequence_search`` for a KerasHub text model at one-device ``batch``, from the spec's length, over
+    the plans ``known_of`` gives each length (nothing is compiled): its answer or the next length to
+    compile, and the plan bytes of every length it read."""
+    read: dict[int, int] = {}
 
     def peak_at(n: int) -> int | None:
-        plan = known_plans(replace(spec, sequence_length=n), one, gpu_key, remat).plans.get(one.batch_size)
+        plan = known_of(replace(spec, sequence_length=n)).plans.get(batch)
+        if plan is not None:
+            read[n] = plan.peak_bytes
         return None if plan is None else plan.peak_bytes
 
-    return sequence_search(peak_at, usable_bytes, spec.sequence_length, spec.model.sequence_limit)
+    return sequence_search(peak_at, usable_bytes, spec.sequence_length, spec.model.sequence_limit), read
 
 
 def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int, remat: str = "",
