@@ -39,6 +39,13 @@ class XlaState:
     progress: dict[Want, Progress] = field(default_factory=dict)
     setup: Setup | None = None
     version: int = 0  # the scheduler's count of this setup's finished compiles when the page read it
+    known: dict[Setup, xla.KnownPlans] = field(default_factory=dict)  # the plans read for this page, by setup
+
+    def known_of(self, setup: Setup) -> xla.KnownPlans:
+        """A setup's known plans, read once for this page."""
+        if setup not in self.known:
+            self.known[setup] = setup.known()
+        return self.known[setup]
 
     def shown(self, view: views.EstimateView, inputs: Inputs) -> views.ShownStep:
         if self.answer is None:
@@ -140,14 +147,8 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         state.base_plan = base.known().plans.get(per_device)
         if state.base_plan is None:
             wants.append(Want(base, Kind.REFINE, batch=per_device))
-    known = {setup: answer.known}
-
-    def known_of(other: Setup) -> xla.KnownPlans:
-        if other not in known:
-            known[other] = other.known()
-        return known[other]
-
-    wants = [w for w in wants if w.next_task(known_of) is not None
+    state.known[setup] = answer.known
+    wants = [w for w in wants if w.next_task(state.known_of) is not None
              and (w.kind is not Kind.EXPLAIN or xla_jobs.compiles_enabled())]  # nothing to say of a missing extra
     state.wants = tuple(wants)
     if not wants:
@@ -266,7 +267,7 @@ def hub_sequence(state: XlaState, inputs: Inputs) -> None:
         return
     setup = state.setup
     view = sequence_view(spec, views.config_of(inputs).per_replica_batch, state.answer,
-                         lambda s: replace(setup, spec=s).known())
+                         lambda at: state.known_of(replace(setup, spec=at)))
     st.subheader(tr("Sequence length"))
     st.caption(sequence_line(view))
     if view.points:

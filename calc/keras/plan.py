@@ -179,8 +179,10 @@ class PlanModel:
         """Before a trace: the card's answers to the device questions the step asks (where it asks any)."""
         import jax
 
+        if not self.asks_the_device:
+            return
         answers = card_answers(target_config)
-        if self.asks_the_device and answers != self._answering:
+        if answers != self._answering:
             self.answer_as_the_card(target_config)
             jax.clear_caches()  # a step traced with another card's answers would be reused
             self._answering = answers

@@ -33,7 +33,7 @@ from calc.xla.targets import GpuTarget
 
 SHIPPED_PLANS = Path(__file__).parent.parent / "data" / "xla_plans.json.gz"
 PLAN_FORMAT = 2  # bump when the child's answer or the request's meaning changes
-HUB_FORMAT = 2  # the same for KerasHub models and own files alone (2: attention's kernel is chosen as on the card)
+ATTENTION_FORMAT = 2  # the same for KerasHub models and own files alone (2: attention's kernel is chosen as on the card)
 # The packages the child needs; their versions are part of every cache key (XLA's version
 # moves plans by 1-2 %).
 PLAN_PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "keras")
@@ -89,7 +89,7 @@ def plan_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, 
     if isinstance(spec, ModelFile):
         spec_data["sha256"] = _file_digest(spec.resolved())
     if isinstance(spec, (HubSpec, ModelFile)):
-        spec_data["format"] = HUB_FORMAT
+        spec_data["format"] = ATTENTION_FORMAT
     return {"spec": spec_data, "config": config_data, "target": target.key,
             "target_config": target.config_text(), "remat": remat or None}
 
