@@ -60,8 +60,9 @@ def weight_terms(plan: XlaPlan, spec: HubSpec, inputs: Inputs) -> list[Term]:
                 Term(r"W_{train}", tr("weights that train"), tr("{head} alone", head=head), trainable)]
     if not spec.lora_rank and not hub_frozen(inputs) and d * model.params <= plan.weights_bytes:
         every = tr("the backbone's {params} parameters in {dtype}: {params} x {d} B = {total}", params=params,
-                   dtype=spec.dtype, d=d, total=_beyond(d * model.params, plan.weights_bytes,
-                                                        head if model.task != "causal_lm" else seeds, inputs))
+                   dtype=spec.dtype, d=d, total=_beyond(d * model.params, plan.weights_bytes, seeds if model.task ==
+                                                        "causal_lm" else tr("{head} and {seeds}", head=head,
+                                                                            seeds=seeds), inputs))
         return [Term(r"W", tr("weights"), tr("every weight trains: {every}", every=every), plan.weights_bytes)]
     return [Term(r"W", tr("weights"), tr("the model's variables, an argument of the compiled step"), plan.weights_bytes)]
 

@@ -3,8 +3,8 @@ import streamlit as st
 
 from dashboard import charts, figures, views
 from dashboard.i18n import tr
-from dashboard.loaders import (accuracy_line, hub_predictions, load_gpu_slices, load_own_models, load_plan_report, load_validation,
-                               noise_line, slice_line, xla_line)
+from dashboard.loaders import (accuracy_line, hub_predictions, load_gpu_slices, load_own_models, load_plan_report,
+                               load_validation, noise_line, slice_line, xla_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
 from dashboard.plain import plain

@@ -322,3 +322,7 @@ def test_a_kerashub_lesson_gives_each_setup_s_weights_their_arithmetic():
                         Inputs(source="hub", hub="gpt2_base_en", lora_rank=0))
     assert len(full) == 1 and full[0].nbytes == 2 * gpt2.params + 8 * 37
     assert f"{gpt2.params:,} x 2 B" in full[0].how and "dropout layer's seed" in full[0].how
+    classifier = weight_terms(plan(4 * bert.params + head + 8 * 13, 4 * bert.params + head),
+                              make_hub_spec("bert_base_en_uncased", 128), Inputs(source="hub", hub="bert_base_en_uncased",
+                                                                                   lora_rank=0))
+    assert len(classifier) == 1 and "the new head of 2 classes and other non-trainable variables" in classifier[0].how
