@@ -227,10 +227,13 @@ def validation_figure(measured, predicted, labels, divisor: float, unit: str, ex
     return fig
 
 
-def curves_figure(series: dict[str, tuple[list[int], list[int]]], limits: dict[str, int], divisor: float, unit: str) -> go.Figure:
+def curves_figure(series: dict[str, tuple[list[int], list[int]]], limits: dict[str, int], divisor: float, unit: str,
+                  markers: bool = False) -> go.Figure:
+    """Memory over the batch, a line a series (``markers``: each point marked, for compiled plans)."""
     fig = go.Figure()
     for name, (batches, totals) in series.items():
-        fig.add_scatter(x=batches, y=[t / divisor for t in totals], mode="lines", name=name)
+        fig.add_scatter(x=batches, y=[t / divisor for t in totals], mode="lines+markers" if markers else "lines",
+                        name=name)
     _hlines(fig, [(limit / divisor, "dash", NEUTRAL, name, "top right") for name, limit in limits.items()])
     fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=460)
     if limits:  # where the curves cross the cards, not where they end

@@ -20,7 +20,7 @@ from dashboard.plain import plain
 MAX_BATCH = 65536
 MAX_QUERY_VALUE_CHARS = 64
 MAX_COMPARED = 6  # models on the Compare page
-MAX_LIST_CHARS = 256  # a comma-separated list in the link (6 model names, or every GPU preset)
+MAX_LIST_CHARS = 256  # a comma-separated list in the link (6 model or preset names, or every GPU preset)
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Inputs:
     present: bool = False  # the Formula page's presentation mode (dashboard.presentation)
     models: str = ""  # the Compare page's models, comma-separated ("": its defaults)
     gpus: str = ""  # the Compare page's GPU presets, comma-separated ("": its defaults)
+    hubs: str = ""  # the Compare page's KerasHub presets, comma-separated ("": its defaults)
     hub: str = "gemma2_2b_en"  # a KerasHub preset (calc.hub), with source "hub"
     seq_len: int = 512  # a KerasHub text model's tokens per example
     lora_rank: int = 4  # LoRA's rank (backbone.enable_lora); 0 trains every weight
@@ -134,6 +135,7 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
         "models": lambda t: _names(t, lambda n: lookup(n).name, MAX_COMPARED),
         "gpus": lambda t: _names(t, lambda k: _choice("gpus", k, list(GPU_PRESETS)), len(GPU_PRESETS)),
         "hub": lambda t: _choice("hub", t, HUB_MODELS),
+        "hubs": lambda t: _names(t, lambda n: _choice("hubs", n, HUB_MODELS), MAX_COMPARED),
         "seq_len": lambda t: _int("seq_len", t, 1, MAX_SEQUENCE),
         "lora_rank": lambda t: _int("lora_rank", t, 0, MAX_LORA_RANK),
         "hub_dtype": lambda t: _choice("hub_dtype", t, HUB_DTYPES),
@@ -143,7 +145,7 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
     for key, raw in params.items():
         if key not in parsers:
             continue  # unrelated parameters are left alone
-        text = str(raw)[:MAX_LIST_CHARS if key in ("models", "gpus") else MAX_QUERY_VALUE_CHARS]
+        text = str(raw)[:MAX_LIST_CHARS if key in ("models", "gpus", "hubs") else MAX_QUERY_VALUE_CHARS]
         try:
             values[key] = parsers[key](text)
         except (ValueError, TypeError, OverflowError):

@@ -15,7 +15,7 @@ from calc.estimate import (
     step_timeline,
 )
 from calc import caveats
-from calc.gpus import GpuPreset
+from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import hub_models
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
@@ -462,7 +462,11 @@ def compared_models(inputs: Inputs) -> list[str]:
 
 
 def compared_gpus(inputs: Inputs) -> list[str]:
-    return inputs.gpus.split(",") if inputs.gpus else list(COMPARED_GPUS)
+    """The Compare page's cards: the link's, else the sidebar's and the common ones beside it."""
+    if inputs.gpus:
+        return inputs.gpus.split(",")
+    own = [inputs.gpu] if inputs.gpu in GPU_PRESETS else []
+    return own + [g for g in COMPARED_GPUS if g not in own]
 
 
 def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inputs: Inputs) -> list[dict[str, object]]:

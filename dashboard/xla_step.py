@@ -11,17 +11,20 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 
+import pandas as pd
 import streamlit as st
 
 from calc import xla
-from calc.gpus import GpuPreset
+from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
 from dashboard import charts, figures, lesson, views, xla_jobs
+from dashboard.hub_compare import HubCell, compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
-from dashboard.state import Inputs
+from dashboard.state import HUB_MODELS, MAX_COMPARED, Inputs
+from dashboard.widgets import remember
 from dashboard.xla_jobs import Kind, Progress, Setup, Want
 from dashboard.plain import plain
 from dashboard.xla_view import (XlaAnswer, hub_line, sequence_line, sequence_view, shown_pending, shown_xla,
@@ -327,3 +330,109 @@ def hub_waits(state: XlaState) -> None:
                    "appear here when it is done."))
     show_xla_notes(state)
     st.stop()
+
+
+def compare_hubs(inputs: Inputs) -> None:
+    """The Compare page for KerasHub models (``dashboard.hub_compare``): presets x cards, the largest batch
+    and the plan's peak at the batch, each from XLA's plans as on the Estimator; what is not known yet
+    compiles in the background, every cell's first plan first. The page ends here."""
+
+    presets = st.multiselect(tr("KerasHub models"), HUB_MODELS, default=compared_hubs(inputs),
+                             max_selections=MAX_COMPARED, key="compare_hubs")
+    gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_gpus(inputs),
+                              format_func=lambda k: GPU_PRESETS[k].name, key="compare_gpus")
+    remember("hubs", ",".join(presets))
+    remember("gpus", ",".join(gpu_keys))
+    if not presets or not gpu_keys:
+        st.info(tr("Pick at least one KerasHub model and one GPU."))
+        st.stop()
+    st.caption(tr("Same training setup as the sidebar: batch {batch}, {optimizer}, LoRA rank {rank} where the model "
+                  "has attention, dtype policy {dtype}, safety margin {margin}%; a text model at {tokens:,} tokens, "
+                  "or its longest where it has fewer learned positions. Every number is XLA's plan of the step Keras "
+                  "runs on the JAX backend, compiled for the card here, as on the Estimator: a largest batch alone "
+                  "is settled by compiled plans; \"≥ N\" is what the plans known so far tell; \"≈\" is a peak drawn "
+                  "between compiled plans. The longest sequence is on the Estimator.", batch=inputs.batch_size,
+                  optimizer=inputs.optimizer, rank=inputs.lora_rank, margin=inputs.margin,
+                  dtype=tr("each model's own") if inputs.hub_dtype == "auto" else inputs.hub_dtype,
+                  tokens=inputs.seq_len))
+    if (missing := xla.unavailable_reason()) is not None:
+        st.info(tr("No XLA plan on this server: {reason}. A KerasHub model is answered by XLA's plan alone.",
+                   reason=missing))
+        st.stop()
+    gpus = [GPU_PRESETS[k] for k in gpu_keys]
+    compiling = xla_jobs.compiles_enabled()
+    specs: dict[str, HubSpec | None] = {}
+    answers: dict[tuple[str, str], tuple[XlaAnswer | None, str]] = {}
+    wants: list[Want] = []
+    setups: dict[tuple[str, str], Setup] = {}
+    for preset in presets:
+        there = hub_inputs(inputs, preset)
+        try:
+            specs[preset] = spec = hub_spec_of(there)
+        except ValueError as exc:
+            specs[preset] = None
+            answers.update({(preset, g.key): (None, plain(exc)) for g in gpus})
+            continue
+        config = views.config_of(there)
+        for gpu in gpus:
+            setup = setups[preset, gpu.key] = Setup.of(spec, config, gpu.key)
+            answer = xla_answer(setup.known(), config.per_replica_batch, plan_budget(gpu, inputs.margin / 100))
+            answers[preset, gpu.key] = (answer, "")
+            if answer.plan is None:
+                wants.append(Want(setup, Kind.PLAN, batch=config.per_replica_batch))
+            if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
+                wants.append(Want(setup, Kind.ANCHOR))
+            if answer.max_batch is None or not answer.max_batch.settled:
+                wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes,
+                                  start=config.per_replica_batch))
+    wants = [w for w in wants if w.next_task(lambda s: s.known()) is not None]
+    progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address()) if compiling and wants else {}
+    if not compiling and wants:
+        st.info(tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
+                   "compiled here.", env=xla_jobs.COMPILES_ENV))
+    cells = {}
+    for (preset, key), (found, error) in answers.items():
+        mine = [w for w in wants if w.setup == setups.get((preset, key))]
+        failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
+        state = "off" if mine and not compiling else "failed" if failed else "waiting" if mine else ""
+        cells[preset, key] = HubCell(found, state, error or (failed[0] if failed else ""))
+    failures = [f"{preset} · {GPU_PRESETS[key].name}: {plain(cell.error)}" for (preset, key), cell in cells.items()
+                if cell.error]
+    largest, peaks = hub_compare_tables(presets, specs, gpus, cells, inputs)
+    st.subheader(tr("Largest batch that fits"))
+    st.dataframe(pd.DataFrame(largest), hide_index=True)
+    st.subheader(tr("Peak at batch {batch} ({unit})", batch=inputs.batch_size, unit=inputs.unit))
+    st.dataframe(pd.DataFrame(peaks), hide_index=True)
+    for line in dict.fromkeys(failures):
+        st.warning(line)
+    if compiling and wants:
+        _compare_progress(tuple(wants), tuple((s, xla_jobs.scheduler().version(s)) for s in setups.values()),
+                          session_id(), language())
+    st.download_button(tr("Table as CSV"), pd.DataFrame(largest).to_csv(index=False), "compare.csv", "text/csv",
+                       key="dl_compare_csv")
+    series = hub_compare_series(cells, gpus, inputs)
+    if series:
+        charts.plotly_chart(st, figures.curves_figure(series, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
+                                                      views.unit_divisor(inputs), inputs.unit, markers=True),
+                            key="compare_chart")
+        st.caption(tr("Each line joins the plans compiled for that model and card, at one device's batch."))
+    st.stop()
+
+
+@st.fragment(run_every=1.0)
+def _compare_progress(wants: tuple[Want, ...], versions: tuple[tuple[Setup, int], ...], session: str,
+                      lang: str = "en") -> None:
+    """The Compare page's compiles: how many cells still wait, and the one compiling now."""
+    set_language(lang)
+    scheduler = xla_jobs.scheduler()
+    progress = scheduler.ask(session, wants)
+    if any(scheduler.version(s) != v for s, v in versions) or any(p.state == "done" for p in progress.values()):
+        st.rerun()
+    waiting = len({w.setup for w in wants if progress[w].state not in ("done", "failed")})
+    st.caption(tr("{count} model and card pairs wait for XLA's plans; they compile in the background, first "
+                  "plans first.", count=waiting))
+    for want in wants:
+        if progress[want].state == "running" and (text := progress_text(want, progress[want])) is not None:
+            spec = want.setup.spec
+            st.caption(f"{getattr(spec, 'preset', '')} · {GPU_PRESETS[want.setup.gpu_key].name}: {text}")
+            break

@@ -11,7 +11,7 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MAX_COMPARED, MODELS
 from dashboard.widgets import remember, sidebar_inputs
-from dashboard.xla_step import xla_answer_for
+from dashboard.xla_step import compare_hubs, xla_answer_for
 
 GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
 ensure_routed()
@@ -19,8 +19,7 @@ charts.preload()
 st.title(tr("Compare models and GPUs"))
 inputs = sidebar_inputs()
 if inputs.source == "hub":
-    st.info(tr("Compare lists Keras applications: the sidebar's KerasHub model is answered on the Estimator. Its "
-               "batch, optimizer and GPUs set up the comparison below."))
+    compare_hubs(inputs)  # KerasHub presets x cards, XLA's plans alone; the page ends there
 models = st.multiselect(tr("Models"), MODELS, default=views.compared_models(inputs), max_selections=MAX_COMPARED,
                         key="compare_models")
 gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_gpus(inputs),

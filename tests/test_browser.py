@@ -271,4 +271,13 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     expect(sidebar.get_by_role("spinbutton", name=tr("LoRA rank (0: train every weight)"))).to_have_value(
         "8", timeout=60_000)
     assert page.locator('[data-testid="stMetricValue"]').count() == 0
+    # Compare: the link's preset beside another of its task, on the sidebar's card first, each cell XLA's.
+    page.goto(f"{server}/compare?source=hub&hub=gemma2_2b_en&seq_len=1024&lora_rank=8&batch_size=2"
+              f"&optimizer=adamw&gpu=l4&lang={lang}", timeout=120_000)
+    heading = tr("Peak at batch {batch} ({unit})").replace("{batch}", "2").replace("{unit}", "GiB")
+    page.get_by_text(heading).wait_for(timeout=180_000)
+    chosen = page.locator('[data-testid="stMultiSelect"]').first
+    expect(chosen).to_contain_text("gemma2_2b_en", timeout=60_000)
+    expect(chosen).to_contain_text("qwen2.5_3b_en", timeout=60_000)
+    expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(2, timeout=60_000)
     browser.close()

@@ -1279,8 +1279,8 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
     assert any("What fills this KerasHub model's plan is not known on this server yet" in i.value
                for i in layers.info)
     compare = app(HUB, page="pages/compare.py")
-    assert not compare.exception and any("the sidebar's KerasHub model is answered on the Estimator" in i.value
-                                         for i in compare.info)
+    assert not compare.exception and pd_rows(compare.dataframe[1].value)["gemma2_2b_en"][gpu.name] == \
+        fmt(plan.peak_bytes + gpu.overhead_bytes, Inputs())  # Compare: the same plan, beside other presets
     validation = app(HUB, page="pages/validation.py")
     assert not validation.exception and any("No KerasHub step has been measured against its plan yet" in i.value
                                             for i in validation.info)
@@ -1387,6 +1387,50 @@ def test_the_first_kerashub_page_is_the_first_kerashub_setup_shipped():
     assert not warnings
     assert Setup.of(spec, config, inputs.gpu) == setup_of(inputs) and inputs.gpu in gpus
     assert margin == inputs.margin / 100 and config.batch_size == inputs.batch_size
+
+
+def test_compare_answers_kerashub_presets_on_every_card_from_xla_s_plans():
+    """KerasHub presets x cards, each cell the Estimator's answer for the same setup: Gemma 2 2B's plans on an
+    L4 (1.5 GB of temporaries a sample, hub_analysis) give the largest batch by hand, a "≥" until the batch
+    above it is compiled; a card with no plan says so (compiles are off here); GPT-2 takes the sidebar's
+    2,048 tokens cut to its 1,024 learned positions; the link keeps the presets."""
+    from calc.xla import plan_budget
+    from dashboard.views import fmt
+
+    trainable, frozen = 4 * HUB_LORA, 2 * 2_614_341_888
+    state = trainable + frozen + 2 * trainable + 8 + 16
+
+    def peak(batch):  # arguments (the state, the tokens) + temporaries + outputs - the donated state
+        return state + 4_608 * batch + 1_500_000_000 * batch + 8
+
+    budget = plan_budget(GPU_PRESETS["l4"], 0.05).plan_bytes
+    largest = max(b for b in range(1, 64) if peak(b) <= budget)
+    for b in (1, 2):
+        put_hub_plan(hub_analysis(b), batch_size=str(b))
+    link = {**HUB, "hubs": "gemma2_2b_en,gpt2_base_en", "gpus": "l4,t4"}
+    at = app(link, page="pages/compare.py")
+    table, peaks = (pd_rows(at.dataframe[i].value) for i in (0, 1))
+    l4, t4 = GPU_PRESETS["l4"].name, GPU_PRESETS["t4"].name
+    assert table["gemma2_2b_en"][l4].startswith("≥ ") and table["gemma2_2b_en"][t4] == "not planned"
+    assert peaks["gemma2_2b_en"][l4] == fmt(peak(1) + GPU_PRESETS["l4"].overhead_bytes, Inputs())
+    assert table["gpt2_base_en"][l4] == "not planned" and table["gemma2_2b_en"]["tokens"] == 512
+    assert any("a KerasHub model shows only the plans already compiled here" in i.value for i in at.info)
+    for b in (largest, largest + 1):  # the search's last two compiles: the answer is settled
+        put_hub_plan(hub_analysis(b), batch_size=str(b))
+    settled = pd_rows(app(link, page="pages/compare.py").dataframe[0].value)
+    assert settled["gemma2_2b_en"][l4] == str(largest)
+    long = app({**link, "seq_len": "2048"}, page="pages/compare.py")
+    assert {k: v["tokens"] for k, v in pd_rows(long.dataframe[0].value).items()} == {"gemma2_2b_en": 2048,
+                                                                                     "gpt2_base_en": 1024}
+    assert long.query_params["hubs"] == "gemma2_2b_en,gpt2_base_en"
+    default = app(HUB, page="pages/compare.py").multiselect(key="compare_hubs").value
+    assert default[0] == "gemma2_2b_en" and len(default) == 2
+    assert not app({**link, "lang": "ja"}, page="pages/compare.py").exception
+
+
+def pd_rows(frame) -> dict[str, dict]:
+    """A Compare table's rows by model."""
+    return {row["model"]: row for row in frame.to_dict("records")}
 
 
 def test_the_formula_teaches_a_kerashub_step_from_its_parameter_counts_and_its_plan():

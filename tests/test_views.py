@@ -326,3 +326,24 @@ def test_a_kerashub_lesson_gives_each_setup_s_weights_their_arithmetic():
                               make_hub_spec("bert_base_en_uncased", 128), Inputs(source="hub", hub="bert_base_en_uncased",
                                                                                    lora_rank=0))
     assert len(classifier) == 1 and "the new head of 2 classes and other non-trainable variables" in classifier[0].how
+
+
+def test_compare_opens_on_the_sidebar_s_card_and_a_preset_of_another_family_beside_the_sidebar_s():
+    from calc.hub import hub_models
+    from dashboard.hub_compare import compared_hubs, hub_inputs
+    from dashboard.state import Inputs
+    from dashboard.views import compared_gpus
+
+    assert compared_gpus(Inputs(gpu="l4")) == ["l4", "t4", "a10", "a100-40", "h100-80"]
+    assert compared_gpus(Inputs(gpu="t4")) == ["t4", "a10", "a100-40", "h100-80"]
+    assert compared_gpus(Inputs(gpu="custom")) == ["t4", "a10", "a100-40", "h100-80"]
+    assert compared_gpus(Inputs(gpu="l4", gpus="rtx-4090")) == ["rtx-4090"]
+    # Gemma 2 2B (2.61 B): the causal LMs of other families nearest it are Qwen 2.5 3B (3.09 B) and
+    # Llama 3.2 3B (3.61 B); Qwen is the nearer. BERT base: RoBERTa base, not BERT large.
+    assert compared_hubs(Inputs(hub="gemma2_2b_en")) == ["gemma2_2b_en", "qwen2.5_3b_en"]
+    assert compared_hubs(Inputs(hub="bert_base_en_uncased")) == ["bert_base_en_uncased", "roberta_base_en"]
+    assert compared_hubs(Inputs(hub="gemma2_2b_en", hubs="gpt2_base_en")) == ["gpt2_base_en"]
+    # The sidebar's 4,096 tokens: GPT-2 has 1,024 learned positions, Gemma takes them all.
+    assert hub_inputs(Inputs(seq_len=4096), "gpt2_base_en").seq_len == 1024
+    assert hub_inputs(Inputs(seq_len=4096), "gemma2_2b_en").seq_len == 4096
+    assert hub_models()["gpt2_base_en"].max_sequence == 1024

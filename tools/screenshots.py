@@ -8,8 +8,9 @@ font on the machine (Debian: ``apt-get install fonts-noto-cjk``), else they show
 The link's XLA plan is first compiled with what fills its peak (the shipped plan leaves that
 out; one compile, in the server's own cache), so that the pages show XLA's split; so is a
 KerasHub link's (Gemma 2 2B with LoRA on an L4). Writes ``<page>-<lang>.png``,
-``estimator-kerashub-<lang>.png``, ``formula-kerashub-<lang>.png``, ``formula-present-<width>x<height>-<lang>.png`` at 1920x1080
-and 1280x720, and ``handout-<lang>.png``, and prints each path.
+``estimator-kerashub-<lang>.png``, ``formula-kerashub-<lang>.png``, ``compare-kerashub-<lang>.png``,
+``formula-present-<width>x<height>-<lang>.png`` at 1920x1080 and 1280x720, and ``handout-<lang>.png``,
+and prints each path.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def main() -> None:
                 for lang in args.lang:
                     shoot(page, f"{url}/?{HUB_LINK}&lang={lang}", args.out / f"estimator-kerashub-{lang}.png")
                     shoot(page, f"{url}/formula?{HUB_LINK}&lang={lang}", args.out / f"formula-kerashub-{lang}.png")
+                    shoot(page, f"{url}/compare?{HUB_LINK}&lang={lang}", args.out / f"compare-kerashub-{lang}.png")
                     if args.only_kerashub:
                         continue
                     for name, path in PAGES.items():

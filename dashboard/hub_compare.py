@@ -1,0 +1,122 @@
+"""The Compare page for KerasHub models: presets x cards, each cell XLA's answer as the Estimator gives it
+for the same setup. Pure, no Streamlit.
+
+Every preset is set up as the sidebar sets up its own (batch, optimizer, LoRA rank, dtype policy, classes,
+frozen backbone), with the sidebar's sequence length cut to the preset's learned positions where it has
+fewer (GPT-2, BERT). A cell reads the plans known on this server (``calc.xla.known_plans``); what is not
+known yet is compiled in the background, the first plans first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from calc.gpus import GpuPreset
+from calc.hub import HubSpec, hub_models, lora_applies, lora_parameters
+from dashboard.i18n import tr
+from dashboard.state import Inputs
+from dashboard.views import fmt
+from dashboard.xla_view import XlaAnswer
+
+
+def compared_hubs(inputs: Inputs) -> list[str]:
+    """The Compare page's KerasHub presets: the link's, else the sidebar's and the preset of the same task
+    and another family nearest to it in parameters (of the same family where no other has the task)."""
+    if inputs.hubs:
+        return inputs.hubs.split(",")
+    models = hub_models()
+    own = models[inputs.hub]
+    others = [m for m in models.values() if m.task == own.task and m.preset != own.preset]
+    if not others:
+        return [own.preset]
+    nearest = min(others, key=lambda m: (m.family == own.family, abs(math.log(m.params / own.params)), m.preset))
+    return [own.preset, nearest.preset]
+
+
+def hub_inputs(inputs: Inputs, preset: str) -> Inputs:
+    """The sidebar's setup for another preset: its sequence length cut to the preset's longest."""
+    model = hub_models()[preset]
+    seq_len = min(inputs.seq_len, model.sequence_limit) if model.text else inputs.seq_len
+    return replace(inputs, hub=preset, seq_len=seq_len, hubs="")
+
+
+@dataclass(frozen=True)
+class HubCell:
+    """One preset on one card: XLA's answer from the known plans, and where its compiles stand."""
+
+    answer: XlaAnswer | None  # None where the preset cannot take the setup (``error``)
+    state: str = ""  # "waiting": a compile it needs is queued or running; "failed"; "off": compiles are off
+    error: str = ""  # one line, for "failed" and a setup the preset cannot take
+
+
+def setup_column(spec: HubSpec | None, inputs: Inputs) -> str:
+    """What trains, in a few words: LoRA's parameters, every weight, or the head alone."""
+    if spec is None:
+        return "—"
+    model = spec.model
+    if model.task != "causal_lm" and inputs.hub_frozen:
+        return tr("new head of {classes}", classes=spec.classes)
+    if spec.lora_rank and lora_applies(model, inputs.hub_frozen):
+        count = lora_parameters(model, spec.lora_rank)
+        return (tr("LoRA {rank}: {count:,} trainable", rank=spec.lora_rank, count=count) if count is not None
+                else tr("LoRA {rank}", rank=spec.lora_rank))
+    if model.task != "causal_lm":
+        return tr("all: {params:,} + head", params=model.params)
+    return tr("all: {params:,}", params=model.params)
+
+
+def largest_cell(cell: HubCell, gpus: int) -> str:
+    """XLA's largest batch: settled by compiled plans ("N"), a lower bound while the search runs
+    ("≥ N"), or why there is none yet."""
+    best = None if cell.answer is None else cell.answer.max_batch
+    if best is not None and best.settled:
+        return f"{best.batch * gpus:,}"
+    if best is not None and best.batch:
+        return tr("≥ {batch:,}", batch=best.batch * gpus)
+    return _pending(cell)
+
+
+def peak_cell(cell: HubCell, inputs: Inputs) -> str:
+    """The plan's peak at the sidebar's batch, with the framework's overhead as the Estimator adds it:
+    compiled, or drawn between compiled plans ("≈")."""
+    plan = None if cell.answer is None else cell.answer.plan
+    if plan is None:
+        return _pending(cell)
+    total = plan.peak_bytes + cell.answer.budget.overhead_bytes  # type: ignore[union-attr]
+    return fmt(total, inputs) if plan.compiled else tr("≈ {value}", value=fmt(total, inputs))
+
+
+def _pending(cell: HubCell) -> str:
+    return {"waiting": tr("planning…"), "failed": tr("fails"), "off": tr("not planned")}.get(
+        cell.state, "—" if cell.answer is None else tr("planning…"))
+
+
+def hub_compare_tables(presets: list[str], specs: dict[str, HubSpec | None], gpus: list[GpuPreset],
+                       cells: dict[tuple[str, str], HubCell], inputs: Inputs) -> tuple[list[dict[str, object]],
+                                                                                        list[dict[str, object]]]:
+    """Two tables, a row per preset: the largest batch per card, and the plan's peak at the batch."""
+    model_col, tokens_col, trains_col = tr("model"), tr("tokens"), tr("trains")
+    largest, peaks = [], []
+    for preset in presets:
+        spec = specs[preset]
+        head: dict[str, object] = {model_col: preset,
+                                   tokens_col: spec.sequence_length if spec is not None and spec.model.text else "—",
+                                   trains_col: setup_column(spec, hub_inputs(inputs, preset))}
+        largest.append({**head, **{g.name: largest_cell(cells[preset, g.key], inputs.num_gpus) for g in gpus}})
+        peaks.append({**head, **{g.name: peak_cell(cells[preset, g.key], inputs) for g in gpus}})
+    return largest, peaks
+
+
+def hub_compare_series(cells: dict[tuple[str, str], HubCell], gpus: list[GpuPreset],
+                       inputs: Inputs) -> dict[str, tuple[list[int], list[int]]]:
+    """The compiled plans of every cell, in global batches (plan peak, without the overhead, as the
+    Compare chart draws a model's peak against the card less its overhead)."""
+    series = {}
+    names = {g.key: g.name for g in gpus}
+    for (preset, key), cell in cells.items():
+        if cell.answer is not None and cell.answer.known.plans:
+            plans = sorted(cell.answer.known.plans.items())
+            series[f"{preset} · {names[key]}"] = ([b * inputs.num_gpus for b, _ in plans],
+                                                   [p.peak_bytes for _, p in plans])
+    return series
