@@ -10,14 +10,14 @@ known yet is compiled in the background, the first plans first.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from calc.gpus import GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, lora_parameters
 from dashboard.i18n import tr
 from dashboard.state import Inputs
 from dashboard.views import fmt
-from dashboard.xla_view import XlaAnswer
+from dashboard.xla_view import CompareCell
 
 
 def compared_hubs(inputs: Inputs) -> list[str]:
@@ -41,15 +41,6 @@ def hub_inputs(inputs: Inputs, preset: str) -> Inputs:
     return replace(inputs, hub=preset, seq_len=seq_len, hubs="")
 
 
-@dataclass(frozen=True)
-class HubCell:
-    """One preset on one card: XLA's answer from the known plans, and where its compiles stand."""
-
-    answer: XlaAnswer | None  # None where the preset cannot take the setup (``error``)
-    state: str = ""  # "waiting": a compile it needs is queued or running; "failed"; "off": compiles are off
-    error: str = ""  # one line, for "failed" and a setup the preset cannot take
-
-
 def setup_column(spec: HubSpec | None, inputs: Inputs) -> str:
     """What trains, in a few words: LoRA's parameters, every weight, or the head alone."""
     if spec is None:
@@ -66,7 +57,7 @@ def setup_column(spec: HubSpec | None, inputs: Inputs) -> str:
     return tr("all: {params:,}", params=model.params)
 
 
-def largest_cell(cell: HubCell, gpus: int) -> str:
+def largest_cell(cell: CompareCell, gpus: int) -> str:
     """XLA's largest batch: settled by compiled plans ("N"), a lower bound while the search runs
     ("≥ N"), or why there is none yet."""
     best = None if cell.answer is None else cell.answer.max_batch
@@ -77,7 +68,7 @@ def largest_cell(cell: HubCell, gpus: int) -> str:
     return _pending(cell)
 
 
-def peak_cell(cell: HubCell, inputs: Inputs) -> str:
+def peak_cell(cell: CompareCell, inputs: Inputs) -> str:
     """The plan's peak at the sidebar's batch, with the framework's overhead as the Estimator adds it:
     compiled, or drawn between compiled plans ("≈")."""
     plan = None if cell.answer is None else cell.answer.plan
@@ -87,13 +78,13 @@ def peak_cell(cell: HubCell, inputs: Inputs) -> str:
     return fmt(total, inputs) if plan.compiled else tr("≈ {value}", value=fmt(total, inputs))
 
 
-def _pending(cell: HubCell) -> str:
+def _pending(cell: CompareCell) -> str:
     return {"waiting": tr("planning…"), "failed": tr("fails"), "off": tr("not planned")}.get(
         cell.state, "—" if cell.answer is None else tr("planning…"))
 
 
 def hub_compare_tables(presets: list[str], specs: dict[str, HubSpec | None], gpus: list[GpuPreset],
-                       cells: dict[tuple[str, str], HubCell], inputs: Inputs) -> tuple[list[dict[str, object]],
+                       cells: dict[tuple[str, str], CompareCell], inputs: Inputs) -> tuple[list[dict[str, object]],
                                                                                         list[dict[str, object]]]:
     """Two tables, a row per preset: the largest batch per card, and the plan's peak at the batch."""
     model_col, tokens_col, trains_col = tr("model"), tr("tokens"), tr("trains")
@@ -108,7 +99,7 @@ def hub_compare_tables(presets: list[str], specs: dict[str, HubSpec | None], gpu
     return largest, peaks
 
 
-def hub_compare_series(cells: dict[tuple[str, str], HubCell], gpus: list[GpuPreset],
+def hub_compare_series(cells: dict[tuple[str, str], CompareCell], gpus: list[GpuPreset],
                        inputs: Inputs) -> dict[str, tuple[list[int], list[int]]]:
     """The compiled plans of every cell, in global batches (plan peak, without the overhead, as the
     Compare chart draws a model's peak against the card less its overhead)."""

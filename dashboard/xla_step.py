@@ -19,7 +19,7 @@ from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
 from dashboard import charts, figures, lesson, views, xla_jobs
-from dashboard.hub_compare import HubCell, compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs
+from dashboard.hub_compare import compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
@@ -27,7 +27,7 @@ from dashboard.state import HUB_MODELS, MAX_COMPARED, Inputs
 from dashboard.widgets import remember
 from dashboard.xla_jobs import Kind, Progress, Setup, Want
 from dashboard.plain import plain
-from dashboard.xla_view import (XlaAnswer, hub_line, sequence_line, sequence_view, shown_pending, shown_xla,
+from dashboard.xla_view import (CompareCell, XlaAnswer, hub_line, sequence_line, sequence_view, shown_pending, shown_xla,
                                 xla_answer)
 
 SESSION_KEY = "_xla_session"
@@ -360,10 +360,8 @@ def compare_hubs(inputs: Inputs) -> None:
                    reason=missing))
         st.stop()
     gpus = [GPU_PRESETS[k] for k in gpu_keys]
-    compiling = xla_jobs.compiles_enabled()
     specs: dict[str, HubSpec | None] = {}
-    answers: dict[tuple[str, str], tuple[XlaAnswer | None, str]] = {}
-    wants: list[Want] = []
+    errors: dict[tuple[str, str], str] = {}
     setups: dict[tuple[str, str], Setup] = {}
     for preset in presets:
         there = hub_inputs(inputs, preset)
@@ -371,43 +369,19 @@ def compare_hubs(inputs: Inputs) -> None:
             specs[preset] = spec = hub_spec_of(there)
         except ValueError as exc:
             specs[preset] = None
-            answers.update({(preset, g.key): (None, plain(exc)) for g in gpus})
+            errors.update({(preset, g.key): plain(exc) for g in gpus})
             continue
-        config = views.config_of(there)
-        for gpu in gpus:
-            setup = setups[preset, gpu.key] = Setup.of(spec, config, gpu.key)
-            answer = xla_answer(setup.known(), config.per_replica_batch, plan_budget(gpu, inputs.margin / 100))
-            answers[preset, gpu.key] = (answer, "")
-            if answer.plan is None:
-                wants.append(Want(setup, Kind.PLAN, batch=config.per_replica_batch))
-            if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
-                wants.append(Want(setup, Kind.ANCHOR))
-            if answer.max_batch is None or not answer.max_batch.settled:
-                wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes,
-                                  start=config.per_replica_batch))
-    wants = [w for w in wants if w.next_task(lambda s: s.known()) is not None]
-    progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address()) if compiling and wants else {}
-    if not compiling and wants:
+        setups.update({(preset, g.key): Setup.of(spec, views.config_of(there), g.key) for g in gpus})
+    cells, wants = compare_cells(setups, errors, inputs)
+    if wants and not xla_jobs.compiles_enabled():
         st.info(tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
                    "compiled here.", env=xla_jobs.COMPILES_ENV))
-    cells = {}
-    for (preset, key), (found, error) in answers.items():
-        mine = [w for w in wants if w.setup == setups.get((preset, key))]
-        failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
-        state = "off" if mine and not compiling else "failed" if failed else "waiting" if mine else ""
-        cells[preset, key] = HubCell(found, state, error or (failed[0] if failed else ""))
-    failures = [f"{preset} · {GPU_PRESETS[key].name}: {plain(cell.error)}" for (preset, key), cell in cells.items()
-                if cell.error]
     largest, peaks = hub_compare_tables(presets, specs, gpus, cells, inputs)
     st.subheader(tr("Largest batch that fits"))
     st.dataframe(pd.DataFrame(largest), hide_index=True)
     st.subheader(tr("Peak at batch {batch} ({unit})", batch=inputs.batch_size, unit=inputs.unit))
     st.dataframe(pd.DataFrame(peaks), hide_index=True)
-    for line in dict.fromkeys(failures):
-        st.warning(line)
-    if compiling and wants:
-        _compare_progress(tuple(wants), tuple((s, xla_jobs.scheduler().version(s)) for s in setups.values()),
-                          session_id(), language())
+    show_compare_progress(cells, wants, setups)
     st.download_button(tr("Table as CSV"), pd.DataFrame(largest).to_csv(index=False), "compare.csv", "text/csv",
                        key="dl_compare_csv")
     series = hub_compare_series(cells, gpus, inputs)
@@ -417,6 +391,52 @@ def compare_hubs(inputs: Inputs) -> None:
                             key="compare_chart")
         st.caption(tr("Each line joins the plans compiled for that model and card, at one device's batch."))
     st.stop()
+
+
+def compare_setups(models: list[str], gpu_keys: list[str], inputs: Inputs) -> dict[tuple[str, str], Setup]:
+    """The Compare page's catalogue models on each card, at the sidebar's size and setup (whatever model the
+    sidebar comes from)."""
+    return {(name, key): setup_of(replace(inputs, source="catalogue", model=name, gpu=key))
+            for name in models for key in gpu_keys}
+
+
+def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, str], str],
+                  inputs: Inputs) -> tuple[dict[tuple[str, str], CompareCell], tuple[Want, ...]]:
+    """The Compare page's cells, (model, GPU key) -> XLA's answer from the known plans and where its compiles
+    stand, and what the page wants compiled in the background: each cell's plan at the batch, the curve's
+    second plan and the largest batch's search (the scheduler runs every first plan before any search).
+    ``errors``: the cells whose setup the model cannot take, with why."""
+    compiling = xla_jobs.compiles_enabled()
+    batch = views.config_of(inputs).per_replica_batch
+    answers, wants = {}, []
+    for key, setup in setups.items():
+        answer = answers[key] = xla_answer(setup.known(), batch, plan_budget(GPU_PRESETS[key[1]], inputs.margin / 100))
+        if answer.plan is None:
+            wants.append(Want(setup, Kind.PLAN, batch=batch))
+        if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
+            wants.append(Want(setup, Kind.ANCHOR))
+        if answer.max_batch is None or not answer.max_batch.settled:
+            wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=batch))
+    wants = [w for w in wants if w.next_task(lambda s: s.known()) is not None]
+    progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address()) if compiling and wants else {}
+    cells = {key: CompareCell(None, "", error) for key, error in errors.items()}
+    for key, setup in setups.items():
+        mine = [w for w in wants if w.setup == setup]
+        failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
+        state = "off" if mine and not compiling else "failed" if failed else "waiting" if mine else ""
+        cells[key] = CompareCell(answers[key], state, failed[0] if failed else "")
+    return cells, tuple(wants)
+
+
+def show_compare_progress(cells: dict[tuple[str, str], CompareCell], wants: tuple[Want, ...],
+                          setups: dict[tuple[str, str], Setup]) -> None:
+    """A line for each cell whose compile failed, and the progress of those still wanted."""
+    for (name, key), cell in cells.items():
+        if cell.error:
+            st.warning(f"{name} · {GPU_PRESETS[key].name}: {plain(cell.error)}")
+    if wants and xla_jobs.compiles_enabled():
+        _compare_progress(wants, tuple((s, xla_jobs.scheduler().version(s)) for s in setups.values()), session_id(),
+                          language())
 
 
 @st.fragment(run_every=1.0)
@@ -434,5 +454,6 @@ def _compare_progress(wants: tuple[Want, ...], versions: tuple[tuple[Setup, int]
     for want in wants:
         if progress[want].state == "running" and (text := progress_text(want, progress[want])) is not None:
             spec = want.setup.spec
-            st.caption(f"{getattr(spec, 'preset', '')} · {GPU_PRESETS[want.setup.gpu_key].name}: {text}")
+            name = spec.preset if isinstance(spec, HubSpec) else getattr(spec, "name", tr("your model"))
+            st.caption(f"{name} · {GPU_PRESETS[want.setup.gpu_key].name}: {text}")
             break

@@ -39,6 +39,16 @@ def xla_answer(known: KnownPlans, batch: int, budget: PlanBudget) -> XlaAnswer:
     return XlaAnswer(known.at(batch), known.curve.max_batch(budget.plan_bytes), budget, known)
 
 
+@dataclass(frozen=True)
+class CompareCell:
+    """One model on one card on the Compare page: XLA's answer from the known plans, and where its compiles
+    stand."""
+
+    answer: XlaAnswer | None  # None where the model cannot take the setup (``error``)
+    state: str = ""  # "waiting": a compile it needs is queued or running; "failed"; "off": compiles are off
+    error: str = ""  # one line, for "failed" and a setup the model cannot take
+
+
 def largest_batch_label(answer: MaxBatch | None) -> str:
     if answer is None:
         return tr("Largest batch (walk, until XLA's plans)")

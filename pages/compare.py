@@ -11,7 +11,7 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MAX_COMPARED, MODELS
 from dashboard.widgets import remember, sidebar_inputs
-from dashboard.xla_step import compare_hubs, xla_answer_for
+from dashboard.xla_step import compare_cells, compare_hubs, compare_setups, show_compare_progress
 
 GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
 ensure_routed()
@@ -26,16 +26,16 @@ gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_
                           format_func=GPU_NAMES.get, key="compare_gpus")
 remember("models", ",".join(models))  # in the link, and kept when the visitor comes back to this page
 remember("gpus", ",".join(gpu_keys))
-xla_step = inputs.step == "xla" and views.xla_reason(inputs) is None
+xla_step = inputs.step == "xla" and views.xla_reason(replace(inputs, source="catalogue")) is None  # catalogue models
 if xla_step:
     st.caption(tr("Same training setup as the sidebar: image {size}px, {optimizer}, {precision}, {device} kernels, "
-                  "{train_mode}, safety margin {margin}%. The largest batches are XLA's, as on the Estimator, where "
-                  "this server knows the plans: a number alone is settled by compiled plans; \"≥ N\" is what the "
-                  "plans known so far tell (the Estimator searches further); \"N (walk)\" is the graph-executor "
-                  "walk's, where no XLA plan of that model and card is known yet (open it in the Estimator to "
-                  "compile it). The peak column and the curves are the walk's (`jit_compile=False`).",
-                  size=inputs.image_size, optimizer=inputs.optimizer, precision=inputs.precision,
-                  device=inputs.device.upper(), train_mode=inputs.train_mode, margin=inputs.margin))
+                  "{train_mode}, safety margin {margin}%. The largest batches are XLA's, as on the Estimator: a number "
+                  "alone is settled by compiled plans; \"≥ N\" is what the plans known so far tell; \"N (walk)\" is "
+                  "the graph-executor walk's, where no XLA plan of that model and card is known yet. What the plans "
+                  "do not tell yet compiles in the background. The peak column and the curves are the walk's "
+                  "(`jit_compile=False`).", size=inputs.image_size, optimizer=inputs.optimizer,
+                  precision=inputs.precision, device=inputs.device.upper(), train_mode=inputs.train_mode,
+                  margin=inputs.margin))
 else:
     st.caption(tr("Same training setup as the sidebar: image {size}px, {optimizer}, {precision}, {device} kernels, "
                   "{train_mode}, safety margin {margin}%. Every number is the graph-executor walk "
@@ -52,12 +52,12 @@ if not profiles:
     st.info(tr("Pick at least one model."))
     st.stop()
 gpus = [GPU_PRESETS[k] for k in gpu_keys]
+setups = compare_setups(list(profiles), gpu_keys, inputs) if xla_step else {}
+cells, wants = compare_cells(setups, {}, inputs) if xla_step else ({}, ())
 try:
     rows = views.compare_table(profiles, gpus, inputs)
     if xla_step:
-        answers = {(name, g.key): xla_answer_for(replace(inputs, model=name, gpu=g.key), g)
-                   for name in profiles for g in gpus}
-        rows = xla_view.compare_table(rows, gpus, inputs, answers)
+        rows = xla_view.compare_table(rows, gpus, inputs, {key: cell.answer for key, cell in cells.items()})
     table = pd.DataFrame(rows)
     curves = views.compare_curves(profiles, inputs)
 except ValueError as exc:
@@ -65,6 +65,7 @@ except ValueError as exc:
     st.stop()
 st.subheader(tr("Largest batch that fits"))
 st.dataframe(table, hide_index=True)
+show_compare_progress(cells, wants, setups)
 st.download_button(tr("Table as CSV"), table.to_csv(index=False), "compare.csv", "text/csv", key="dl_compare_csv")
 charts.plotly_chart(st, figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
                                               views.unit_divisor(inputs), inputs.unit), key="compare_chart")

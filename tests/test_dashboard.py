@@ -378,6 +378,40 @@ def test_compare_under_the_xla_step_marks_the_walks_numbers_where_no_plan_is_kno
                           overhead_bytes=gpu.overhead_bytes, safety_margin=0.05, limit=1 << 16)
     assert resnet[gpu.name] == f"{walk:,} (walk)"
     assert table[table["model"] == "MobileNetV2"].iloc[0][gpu.name] == "≥ 16"  # the one plan fits: at least 16
+    # Compare lists catalogue models whatever the sidebar's model comes from: a pasted summary's
+    # sidebar still gets XLA's answers for them (and never the sidebar's own model's).
+    pasted = app({**SMALL, "source": "summary", "models": "MobileNetV2", "gpus": "t4"}, page="pages/compare.py")
+    assert pasted.dataframe[0].value.iloc[0][gpu.name] == "≥ 16"
+
+
+def test_compare_searches_the_largest_batch_in_the_background_without_the_estimator(compiles):
+    """A model and card never opened on the Estimator: Compare shows the walk's number, marked, and asks
+    for the plans; once the search has run, the cell is XLA's largest batch, as the search over the fake
+    plans gives it by hand."""
+    import threading
+
+    from calc import xla
+
+    gate = threading.Event()  # no compile ends before the page has shown what it has meanwhile
+    scheduler, worker = compiles(gate=gate)
+    link = {**SMALL, "models": "MobileNetV2", "gpus": "t4"}
+    try:
+        at = app(link, page="pages/compare.py")
+        assert at.dataframe[0].value[GPU_PRESETS["t4"].name][0].endswith("(walk)")
+        assert any("XLA's plan at batch 16" in c.value for c in at.caption)  # the compile it waits for
+    finally:
+        gate.set()
+    gpu = GPU_PRESETS["t4"]
+    budget = int(gpu.memory_bytes * (1 - xla_margin())) - gpu.overhead_bytes
+    peak = lambda b: xla.plan_from_analysis(plan_analysis(b), "t4").peak_bytes  # noqa: E731
+    expected = max(b for b in range(1, 2000) if peak(b) <= budget)
+    for _ in range(20):  # each run asks for the compiles the plans known so far call for
+        _wait_idle(scheduler)
+        at.run()
+        if at.dataframe[0].value[gpu.name][0] == f"{expected:,}":
+            break
+    assert at.dataframe[0].value[gpu.name][0] == f"{expected:,}"
+    assert {r["config"]["batch_size"] for r in worker.calls} >= {16, expected}
 
 
 def _latex_terms(at) -> list[float]:
