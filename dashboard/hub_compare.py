@@ -41,6 +41,15 @@ def hub_inputs(inputs: Inputs, preset: str) -> Inputs:
     return replace(inputs, hub=preset, seq_len=seq_len, hubs="")
 
 
+def input_column(spec: HubSpec | None) -> str:
+    """What one example is: a text model's tokens, an image model's size."""
+    if spec is None:
+        return "—"
+    if spec.model.text:
+        return tr("{tokens:,} tokens", tokens=spec.sequence_length)
+    return tr("{size} px", size="x".join(map(str, (spec.model.image_shape or ())[:2])))
+
+
 def setup_column(spec: HubSpec | None, inputs: Inputs) -> str:
     """What trains, in a few words: LoRA's parameters, every weight, or the head alone."""
     if spec is None:
@@ -87,12 +96,11 @@ def hub_compare_tables(presets: list[str], specs: dict[str, HubSpec | None], gpu
                        cells: dict[tuple[str, str], CompareCell], inputs: Inputs) -> tuple[list[dict[str, object]],
                                                                                         list[dict[str, object]]]:
     """Two tables, a row per preset: the largest batch per card, and the plan's peak at the batch."""
-    model_col, tokens_col, trains_col = tr("model"), tr("tokens"), tr("trains")
+    model_col, input_col, trains_col = tr("model"), tr("input"), tr("trains")
     largest, peaks = [], []
     for preset in presets:
         spec = specs[preset]
-        head: dict[str, object] = {model_col: preset,
-                                   tokens_col: spec.sequence_length if spec is not None and spec.model.text else "—",
+        head: dict[str, object] = {model_col: preset, input_col: input_column(spec),
                                    trains_col: setup_column(spec, hub_inputs(inputs, preset))}
         largest.append({**head, **{g.name: largest_cell(cells[preset, g.key], inputs.num_gpus) for g in gpus}})
         peaks.append({**head, **{g.name: peak_cell(cells[preset, g.key], inputs) for g in gpus}})

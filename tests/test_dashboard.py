@@ -1447,15 +1447,15 @@ def test_compare_answers_kerashub_presets_on_every_card_from_xla_s_plans():
     l4, t4 = GPU_PRESETS["l4"].name, GPU_PRESETS["t4"].name
     assert table["gemma2_2b_en"][l4].startswith("≥ ") and table["gemma2_2b_en"][t4] == "not planned"
     assert peaks["gemma2_2b_en"][l4] == fmt(peak(1) + GPU_PRESETS["l4"].overhead_bytes, Inputs())
-    assert table["gpt2_base_en"][l4] == "not planned" and table["gemma2_2b_en"]["tokens"] == 512
+    assert table["gpt2_base_en"][l4] == "not planned" and table["gemma2_2b_en"]["input"] == "512 tokens"
     assert any("a KerasHub model shows only the plans already compiled here" in i.value for i in at.info)
     for b in (largest, largest + 1):  # the search's last two compiles: the answer is settled
         put_hub_plan(hub_analysis(b), batch_size=str(b))
     settled = pd_rows(app(link, page="pages/compare.py").dataframe[0].value)
     assert settled["gemma2_2b_en"][l4] == str(largest)
     long = app({**link, "seq_len": "2048"}, page="pages/compare.py")
-    assert {k: v["tokens"] for k, v in pd_rows(long.dataframe[0].value).items()} == {"gemma2_2b_en": 2048,
-                                                                                     "gpt2_base_en": 1024}
+    assert {k: v["input"] for k, v in pd_rows(long.dataframe[0].value).items()} == {
+        "gemma2_2b_en": "2,048 tokens", "gpt2_base_en": "1,024 tokens"}
     assert long.query_params["hubs"] == "gemma2_2b_en,gpt2_base_en"
     default = app(HUB, page="pages/compare.py").multiselect(key="compare_hubs").value
     assert default[0] == "gemma2_2b_en" and len(default) == 2
