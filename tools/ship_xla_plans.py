@@ -1,6 +1,7 @@
 """Writes calc/data/xla_plans.json.gz: the XLA plans shipped with the project.
 
-    python tools/ship_xla_plans.py [--compile] [--models A,B | --hub] [--gpus t4,l4] [--minutes N]
+    python tools/ship_xla_plans.py [--compile] [--models A,B | --hub] [--gpus t4,l4]
+        [--precisions mixed_float16] [--optimizers adam] [--minutes N]
 
 Shipped are, by family (one configuration on one card, every batch known):
 
@@ -55,13 +56,15 @@ def validation_requests():
                        XLA_TARGET)
 
 
-def curve_setups(models: list[str] | None = None, gpus: list[str] | None = None):
-    """(spec, config at the first batch, [gpu keys], margin) of every shipped curve, in the order to compile:
-    each precision and optimizer in turn, every model, every card."""
+def curve_setups(models: list[str] | None = None, gpus: list[str] | None = None,
+                 precisions: list[str] | None = None, optimizers: list[str] | None = None):
+    """(spec, config at the first batch, [gpu keys], margin) of every shipped curve (or those of these
+    models, cards, precisions and optimizers), in the order to compile: each precision and optimizer in
+    turn, every model, every card."""
     data = json.loads(CURVES.read_text())
     cards = [g for g in data["gpus"] if not gpus or g in gpus]
-    for precision in data["precisions"]:
-        for optimizer in data["optimizers"]:
+    for precision in [p for p in data["precisions"] if not precisions or p in precisions]:
+        for optimizer in [o for o in data["optimizers"] if not optimizers or o in optimizers]:
             for name in models or list(CATALOGUE):
                 config = TrainingConfig(batch_size=data["batch"], optimizer=Optimizer(optimizer),
                                         precision=Precision(precision), device=Device.GPU)
@@ -175,10 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="", help="only these catalogue models (comma-separated)")
     parser.add_argument("--hub", action="store_true", help="only the KerasHub setups")
     parser.add_argument("--gpus", default="", help="only these cards (comma-separated preset keys)")
+    parser.add_argument("--precisions", default="", help="only these precisions (comma-separated)")
+    parser.add_argument("--optimizers", default="", help="only these optimizers (comma-separated)")
     parser.add_argument("--minutes", type=float, default=0.0, help="start no compile after this long (0: no limit)")
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m] or None
     gpus = [g for g in args.gpus.split(",") if g] or None
+    precisions = [p for p in args.precisions.split(",") if p] or None
+    optimizers = [o for o in args.optimizers.split(",") if o] or None
     if args.compile:
         from calc import xla
         from calc.xla import PlanError
@@ -187,8 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         for spec, config, gpu in validation_requests():
             xla.compute_plan(spec, config, gpu)
         curves = [] if args.hub else [(spec, config, gpu, margin)
-                                      for spec, config, cards, margin in curve_setups(models, gpus) for gpu in cards]
-        if not models:  # the KerasHub setups too, unless only some catalogue models are asked for
+                                      for spec, config, cards, margin in curve_setups(models, gpus, precisions, optimizers)
+                                      for gpu in cards]
+        if not models and not precisions and not optimizers:  # the KerasHub setups too, unless only some catalogue models are asked for
             curves += [(spec, config, gpu, margin) for spec, config, cards, margin in hub_setups(gpus) for gpu in cards]
         for spec, config, gpu, margin in curves:
             if args.minutes and time.monotonic() - started > 60 * args.minutes:
