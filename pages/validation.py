@@ -3,7 +3,7 @@ import streamlit as st
 
 from dashboard import charts, figures, views
 from dashboard.i18n import tr
-from dashboard.loaders import (accuracy_line, hub_predictions, load_gpu_slices, load_own_models, load_plan_report,
+from dashboard.loaders import (accuracy_line, hub_measurements, hub_predictions, load_gpu_slices, load_own_models, load_plan_report,
                                load_validation, noise_line, slice_line, xla_line)
 from dashboard.measure_now import measure_now_allowed, run_measurement
 from dashboard.pagekit import inputs_and_profile
@@ -26,7 +26,7 @@ ensure_routed()
 charts.preload()
 st.title(tr("How accurate is it? Predicted versus measured"))
 inputs = sidebar_inputs()
-hub = inputs.source == "hub"  # a KerasHub model: XLA's plan alone, nothing measured of it yet
+hub = inputs.source == "hub"  # a KerasHub model: XLA's plan alone, measured on an H200
 profile = None if hub else inputs_and_profile(inputs)[1]
 # First what a newcomer asks: how good is the number the Estimator shows, for the step chosen.
 answer = None if hub else xla_answer_for(inputs, gpu_of(inputs))
@@ -38,12 +38,17 @@ st.caption(tr("Which step each table describes: the CPU set and your own models 
               "same, and the XLA slice (`jit_compile=True`) is scored against the walk and, where its report exists, "
               "against XLA's own plan (`calc.xla`)."))
 if hub:
-    st.subheader(tr("KerasHub steps: predicted, to be measured on a GPU"))
-    st.caption(tr("XLA's plans of these steps on an H200, committed before any GPU measures them "
-                  "(tools/measure_gpu_hub.py); each will be measured as a user runs it, with random weights."))
+    st.subheader(tr("KerasHub steps: predicted, then measured on an H200"))
+    st.caption(tr("XLA's plans of these steps on an H200, committed before the GPU measured them "
+                  "(tools/measure_gpu_hub.py), each then run as a user runs it, with random weights: JAX's peak of "
+                  "the process, with XLA's autotuner on (as a user runs) and off."))
+    on, off = hub_measurements()
     st.dataframe(pd.DataFrame({tr("case"): list(predicted := hub_predictions()),
-                               tr("predicted_bytes"): list(predicted.values())}), hide_index=True,
-                 column_config={tr("predicted_bytes"): st.column_config.NumberColumn(format="localized")})
+                               tr("predicted_bytes"): list(predicted.values()),
+                               tr("measured, autotuner on"): [on.get(c) for c in predicted],
+                               tr("measured, autotuner off"): [off.get(c) for c in predicted]}), hide_index=True,
+                 column_config={k: st.column_config.NumberColumn(format="localized") for k in (
+                     tr("predicted_bytes"), tr("measured, autotuner on"), tr("measured, autotuner off"))})
 st.caption(accuracy_line())
 st.caption(noise_line())
 try:

@@ -1316,13 +1316,18 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
     assert not compare.exception and pd_rows(compare.dataframe[1].value)["gemma2_2b_en"][gpu.name] == \
         fmt(plan.peak_bytes + gpu.overhead_bytes, Inputs())  # Compare: the same plan, beside other presets
     validation = app(HUB, page="pages/validation.py")
-    assert not validation.exception and any("No KerasHub step has been measured against its plan yet" in i.value
+    assert not validation.exception and any("On an H200, 8 KerasHub steps ran as a user runs them" in i.value
                                             for i in validation.info)
     # The KerasHub steps predicted before a GPU measures them, as validation/planned.json has them.
     planned = {c["case"]: c["predicted_peak_bytes"] for c in json.loads(Path("validation/planned.json").read_text())[
         "cases"] if c.get("set") == "hub_gpu"}
     shown = validation.dataframe[0].value
     assert dict(zip(shown["case"], shown["predicted_bytes"])) == planned and len(planned) >= 6
+    # Beside each, what the H200 measured, as the measurement files hold it.
+    for name, column in (("hub_gpu_h200.json", "measured, autotuner on"),
+                         ("hub_gpu_h200_noautotune.json", "measured, autotuner off")):
+        measured = {c["case"]: c["peak_bytes"] for c in json.loads(Path("calc/data", name).read_text())["cases"]}
+        assert {c: v for c, v in zip(shown["case"], shown[column]) if v == v and v is not None} == measured
     assert not any(s.value == "Measure this configuration now" for s in validation.subheader)
     for lang, start in (("ja", "gemma2_2b_en: パラメータ 2,614,341,888 個 (Gemma)"),
                         ("ko", "gemma2_2b_en: 파라미터 2,614,341,888개 (Gemma)")):
