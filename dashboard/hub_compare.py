@@ -101,7 +101,7 @@ def hub_compare_tables(presets: list[str], specs: dict[str, HubSpec | None], gpu
     for preset in presets:
         spec = specs[preset]
         head: dict[str, object] = {model_col: preset, input_col: input_column(spec),
-                                   trains_col: setup_column(spec, hub_inputs(inputs, preset))}
+                                   trains_col: setup_column(spec, inputs)}
         largest.append({**head, **{g.name: largest_cell(cells[preset, g.key], inputs.num_gpus) for g in gpus}})
         peaks.append({**head, **{g.name: peak_cell(cells[preset, g.key], inputs) for g in gpus}})
     return largest, peaks

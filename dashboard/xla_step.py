@@ -120,6 +120,17 @@ def xla_answer_for(inputs: Inputs, gpu: GpuPreset) -> XlaAnswer | None:
     return xla_answer(setup.known(), views.config_of(inputs).per_replica_batch, plan_budget(gpu, inputs.margin / 100))
 
 
+def curve_wants(setup: Setup, answer: XlaAnswer, start: int) -> list[Want]:
+    """What a configuration's curve still asks for: its second plan, and the search for the largest batch
+    (from one-device batch ``start`` when no plan is known) until compiled plans settle it."""
+    wants = []
+    if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
+        wants.append(Want(setup, Kind.ANCHOR))
+    if answer.max_batch is None or not answer.max_batch.settled:
+        wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=start))
+    return wants
+
+
 def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaState:
     """The plans known for these inputs; what is missing is asked of the scheduler (compiles on) or named (off)."""
     state = XlaState()
@@ -138,11 +149,7 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         wants.append(Want(setup, Kind.REFINE, batch=per_device))
     elif answer.plan.explained is None:
         wants.append(Want(setup, Kind.EXPLAIN, batch=per_device))
-    if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
-        wants.append(Want(setup, Kind.ANCHOR))
-    if answer.max_batch is None or not answer.max_batch.settled:
-        wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes,
-                          start=max(1, (view.max_batch or inputs.batch_size) // inputs.num_gpus)))
+    wants += curve_wants(setup, answer, start=max(1, (view.max_batch or inputs.batch_size) // inputs.num_gpus))
     if isinstance(setup.spec, HubSpec) and setup.spec.model.text and answer.plan is not None:
         wants.append(Want(setup, Kind.SEQUENCE, batch=per_device, budget_bytes=answer.budget.plan_bytes))
     if setup.remat:
@@ -336,7 +343,6 @@ def compare_hubs(inputs: Inputs) -> None:
     """The Compare page for KerasHub models (``dashboard.hub_compare``): presets x cards, the largest batch
     and the plan's peak at the batch, each from XLA's plans as on the Estimator; what is not known yet
     compiles in the background, every cell's first plan first. The page ends here."""
-
     presets = st.multiselect(tr("KerasHub models"), HUB_MODELS, default=compared_hubs(inputs),
                              max_selections=MAX_COMPARED, key="compare_hubs")
     gpu_keys = st.multiselect(tr("GPUs"), list(GPU_PRESETS), default=views.compared_gpus(inputs),
@@ -413,11 +419,9 @@ def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, 
         answer = answers[key] = xla_answer(setup.known(), batch, plan_budget(GPU_PRESETS[key[1]], inputs.margin / 100))
         if answer.plan is None:
             wants.append(Want(setup, Kind.PLAN, batch=batch))
-        if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
-            wants.append(Want(setup, Kind.ANCHOR))
-        if answer.max_batch is None or not answer.max_batch.settled:
-            wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=batch))
-    wants = [w for w in wants if w.next_task(lambda s: s.known()) is not None]
+        wants += curve_wants(setup, answer, start=batch)
+    known = {setup: answers[key].known for key, setup in setups.items()}  # read once, above
+    wants = [w for w in wants if w.next_task(known.__getitem__) is not None]
     progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address()) if compiling and wants else {}
     cells = {key: CompareCell(None, "", error) for key, error in errors.items()}
     for key, setup in setups.items():

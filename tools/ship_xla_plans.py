@@ -172,6 +172,11 @@ def write(models: list[str] | None = None) -> None:
           f"({cache.SHIPPED_PLANS.stat().st_size:,} bytes)")
 
 
+def _listed(text: str) -> list[str] | None:
+    """A comma-separated option's items; None (every one) when it names none."""
+    return [item for item in text.split(",") if item] or None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile", action="store_true", help="compile what the disk cache lacks first")
@@ -182,10 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizers", default="", help="only these optimizers (comma-separated)")
     parser.add_argument("--minutes", type=float, default=0.0, help="start no compile after this long (0: no limit)")
     args = parser.parse_args(argv)
-    models = [m for m in args.models.split(",") if m] or None
-    gpus = [g for g in args.gpus.split(",") if g] or None
-    precisions = [p for p in args.precisions.split(",") if p] or None
-    optimizers = [o for o in args.optimizers.split(",") if o] or None
+    models, gpus, precisions, optimizers = (_listed(text) for text in (args.models, args.gpus, args.precisions,
+                                                                         args.optimizers))
     if args.compile:
         from calc import xla
         from calc.xla import PlanError
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         curves = [] if args.hub else [(spec, config, gpu, margin)
                                       for spec, config, cards, margin in curve_setups(models, gpus, precisions, optimizers)
                                       for gpu in cards]
-        if not models and not precisions and not optimizers:  # the KerasHub setups too, unless only some catalogue models are asked for
+        if not models and not precisions and not optimizers:  # the KerasHub setups too, unless a slice of the curves is asked for
             curves += [(spec, config, gpu, margin) for spec, config, cards, margin in hub_setups(gpus) for gpu in cards]
         for spec, config, gpu, margin in curves:
             if args.minutes and time.monotonic() - started > 60 * args.minutes:
