@@ -113,6 +113,17 @@ def test_the_per_device_batch_is_compiled_and_the_family_key_names_the_versions_
         cache.plan_request(spec, TrainingConfig(), xla.target_for("t4"), "sometimes")
 
 
+def test_xla_flags_that_reach_the_compiler_keep_their_plans_apart(monkeypatch):
+    spec, versions = make_spec("MobileNetV2", 96), {"jax": "0.11.2", "keras": "3.15.1"}
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    plain = cache.plan_request(spec, TrainingConfig(), xla.target_for("t4"))
+    assert "xla_flags" not in plain  # no flags: the key shipped plans were written under
+    monkeypatch.setenv("XLA_FLAGS", "  --xla_gpu_memory_limit_slop_factor=8 ")
+    scaled = cache.plan_request(spec, TrainingConfig(), xla.target_for("t4"))
+    assert scaled["xla_flags"] == "--xla_gpu_memory_limit_slop_factor=8"
+    assert cache.family_key(scaled, versions) != cache.family_key(plain, versions)
+
+
 def test_a_disk_that_refuses_plans_costs_no_compile_twice_in_this_process(fake_runner, tmp_path, monkeypatch):
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder would be")

@@ -90,8 +90,15 @@ def plan_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, 
         spec_data["sha256"] = _file_digest(spec.resolved())
     if isinstance(spec, (HubSpec, ModelFile)):
         spec_data["format"] = ATTENTION_FORMAT
-    return {"spec": spec_data, "config": config_data, "target": target.key,
-            "target_config": target.config_text(), "remat": remat or None}
+    request = {"spec": spec_data, "config": config_data, "target": target.key,
+               "target_config": target.config_text(), "remat": remat or None}
+    # XLA's flags reach the child's compiler (calc.workers.plans.plan_env), and some move the plan
+    # (xla_gpu_memory_limit_slop_factor moves the limit XLA rematerialises at): a plan compiled under
+    # them is kept apart. Without any, the key is what it always was, so shipped plans are found.
+    flags = " ".join(os.environ.get("XLA_FLAGS", "").split())
+    if flags:
+        request["xla_flags"] = flags
+    return request
 
 
 def request_batch(request: dict[str, Any]) -> int:

@@ -10,6 +10,7 @@ neither JAX nor Keras.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ import calc.xla.cache as cache
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
 from calc.types import TrainingConfig
-from calc.xla.curve import PlanCurve, compiled_point
+from calc.xla.curve import PlanCurve, compiled_point, slop_percent
 from calc.xla.plan import TIMEOUT_S, PlanError, XlaPlan, drawn_plan, plan_from_analysis
 from calc.xla.targets import target_for
 
@@ -185,7 +186,7 @@ def known_plans(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, g
     raws = cache.read_family(key)
     plans = {b: plan_from_analysis(raw, target.key, remat) for b, raw in raws.items()}
     return KnownPlans(plans, PlanCurve.of((compiled_point(b, raw) for b, raw in raws.items()),
-                                          target.device_memory_size))
+                                          target.device_memory_size, slop_percent(os.environ.get("XLA_FLAGS", ""))))
 
 
 def known_curve(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> PlanCurve:

@@ -19,6 +19,7 @@ Pure: a curve is built from the child's answers (``calc.xla.cache.read_family``)
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable
@@ -27,6 +28,17 @@ from typing import Any, Iterable
 # none), and xla_gpu_memory_limit_slop_factor's default, 95.
 SCHEDULER_SHARE = (80, 100)
 SLOP_PERCENT = 95
+_SLOP_FLAG = re.compile(r"--xla_gpu_memory_limit_slop_factor=(\d+)\b")
+
+
+def slop_percent(xla_flags: str) -> int:
+    """``xla_gpu_memory_limit_slop_factor`` as these XLA flags set it (the last one counts), else its default.
+
+    >>> slop_percent("--xla_gpu_autotune_level=0 --xla_gpu_memory_limit_slop_factor=8")
+    8
+    """
+    found = _SLOP_FLAG.findall(xla_flags)
+    return int(found[-1]) if found else SLOP_PERCENT
 
 
 class PointSource(str, Enum):
@@ -98,6 +110,8 @@ class PlanCurve:
     Args:
         points: the compiled plans, any order.
         device_memory_bytes: the card's memory as XLA's compiler sees it (``GpuTarget.device_memory_size``).
+        slop: the ``xla_gpu_memory_limit_slop_factor`` the plans were compiled with (95 unless XLA's flags
+            set another: ``tools/near_limit.py --slop``).
 
     >>> curve = PlanCurve.of([CompiledPoint(16, 1_700, 1_500), CompiledPoint(64, 5_600, 5_300)], 10**6)
     >>> curve.at(32)
@@ -106,18 +120,23 @@ class PlanCurve:
 
     points: tuple[CompiledPoint, ...]
     device_memory_bytes: int
+    slop: int = SLOP_PERCENT
 
     @classmethod
-    def of(cls, points: Iterable[CompiledPoint], device_memory_bytes: int) -> PlanCurve:
+    def of(cls, points: Iterable[CompiledPoint], device_memory_bytes: int, slop: int = SLOP_PERCENT) -> PlanCurve:
         by_batch = {p.batch: p for p in points}
-        return cls(tuple(by_batch[b] for b in sorted(by_batch)), device_memory_bytes)
+        return cls(tuple(by_batch[b] for b in sorted(by_batch)), device_memory_bytes, slop)
+
+    def adding(self, *points: CompiledPoint) -> PlanCurve:
+        """The same curve with these plans compiled too."""
+        return PlanCurve.of((*self.points, *points), self.device_memory_bytes, self.slop)
 
     # --- where the line holds ----------------------------------------------------------
 
     def remat_limit_bytes(self, io_bytes: int) -> int:
         """XLA's scheduler limit on temporaries for a program with ``io_bytes`` of inputs and outputs."""
         share, whole = SCHEDULER_SHARE
-        return (self.device_memory_bytes * share // whole - io_bytes) * SLOP_PERCENT // 100
+        return (self.device_memory_bytes * share // whole - io_bytes) * self.slop // 100
 
     def below_limit(self, peak_bytes: int, temp_bytes: int) -> bool:
         """True in the line region: the temporaries under half XLA's rematerialisation limit."""

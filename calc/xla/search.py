@@ -45,7 +45,7 @@ def search_curve(plan_at: Callable[[int], CompiledPoint], budget_bytes: int, sta
     while (batch := curve.next_search_batch(budget_bytes, start, limit)) is not None:
         point = plan_at(batch)
         compiled.append(point)
-        curve = PlanCurve.of((*curve.points, point), curve.device_memory_bytes)
+        curve = curve.adding(point)
     answer = curve.max_batch(budget_bytes)
     assert answer is not None  # the loop compiled at least one plan
     return answer, curve, tuple(compiled)
