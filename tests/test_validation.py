@@ -396,3 +396,32 @@ def test_a_gpu_machines_results_merge_into_a_data_file(tmp_path):
     other.write_text(json.dumps({"environment": {**env, "tensorflow": "2.20.0"}, "cases": [case("d", 5)]}))
     with pytest.raises(SystemExit, match="another environment"):
         tool.merge(other, into)
+
+
+def test_the_scaled_limit_steps_on_record_run_as_they_were_planned(tmp_path):
+    """Set gpu_xla_scaled (tools/near_limit.py --slop): measure_scaled.sh reads the scale and the region
+    from the draw's own line, each model's step inside the bend goes first, and XLA dumps each step
+    into a folder of its own."""
+    import re
+
+    from calc.validation.planned import load_planned
+    from tests.tools import load_tool
+
+    near, measure = load_tool("near_limit"), load_tool("measure_gpu_tf")
+    drawn = [c for c in load_planned() if c["set"] == "gpu_xla_scaled"]
+    assert drawn, "the scaled steps' predictions are on record"
+    for (gpu, slop), seed in near.SCALED_TAGS.items():
+        lines = {c["drawn_by"] for c in drawn if f"--seed {seed}" in c["drawn_by"]}
+        assert len(lines) == 1  # one scale and one region for the whole draw
+        line = lines.pop()
+        assert re.search(r"--slop (\d+)", line).group(1) == str(slop)
+        assert re.search(r"--region-mib (\d+)", line).group(1) == str(near.scaled_region_mib(gpu, slop))
+        order = measure.holdout_cases(True, seed, "gpu_xla_scaled")
+        models = {spec.key for spec, _ in order}
+        first = order[:len(models)]
+        assert {spec.key for spec, _ in first} == models
+        assert all(config.batch_size == min(c.batch_size for s, c in order if s.key == spec.key)
+                   for spec, config in first)
+        folders = {measure.dump_flags(tmp_path, spec, config)["XLA_FLAGS"] for spec, config in order}
+        assert len(folders) == len(order) and all("--xla_dump_hlo_as_proto" in f for f in folders)
+    assert measure.dump_flags(None, *order[0]) == {}

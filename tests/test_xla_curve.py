@@ -91,6 +91,48 @@ def test_a_plan_xla_rematerialised_is_not_a_point_of_the_line():
     assert curve.at(end - 10).peak_bytes == line_peak(end - 10)
 
 
+def test_a_slop_factor_scales_xlas_limit_and_the_line_region_with_it(monkeypatch):
+    """``xla_gpu_memory_limit_slop_factor`` (XLA_FLAGS) is the last factor of XLA's limit: a curve of plans
+    compiled under 8 % ends its line where (80 % of memory - io) x 8 % would be half full."""
+    from calc.xla import known_curve
+    from calc.xla.curve import slop_percent
+    from calc.catalogue import make_spec
+    from calc.types import TrainingConfig
+
+    assert slop_percent("") == 95 and slop_percent("--xla_gpu_memory_limit_slop_factor=95") == 95
+    assert slop_percent("--xla_gpu_memory_limit_slop_factor=50 --xla_gpu_memory_limit_slop_factor=8") == 8
+    scaled = PlanCurve.of([plan(1), plan(3)], MEMORY, slop=8)
+    assert scaled.remat_limit_bytes(STATE) == (MEMORY * 80 // 100 - STATE) * 8 // 100
+    end = max(b for b in range(1, 1000)
+              if FIXED_TEMP + PER_SAMPLE * b <= (MEMORY * 80 // 100 - STATE - INPUT * b) * 8 // 100 // 2)
+    assert scaled.line_end() == end and end * 5 < curve_of(1, 3).line_end()
+    assert PlanCurve.of([plan(8), plan(32)], MEMORY, slop=8).anchors == ()  # past a scaled limit: no line
+    assert scaled.adding(plan(end + 1)).slop == 8  # a search keeps the curve's factor
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_memory_limit_slop_factor=8")
+    assert known_curve(make_spec("MobileNetV2", 96), TrainingConfig(), "t4").slop == 8
+
+
+def test_near_limit_at_a_scale_reads_a_step_inside_the_bend_with_room():
+    from tests.tools import load_tool
+
+    near = load_tool("near_limit")
+    from calc.gpus import GPU_PRESETS
+
+    card = GPU_PRESETS["h200"]
+    assert near.scaled_region_mib("h200", 95) == (card.memory_bytes - card.overhead_bytes) // MIB
+    assert abs(near.scaled_region_mib("h200", 8) * 95 / 8 - near.scaled_region_mib("h200", 95)) < 95 / 8
+    line_limit = max(b for b in range(1, 1000) if FIXED_TEMP + PER_SAMPLE * b <= limit(STATE + INPUT * b))
+    held = [line_limit + 5, line_limit + 30, line_limit + 60]
+    curve = curve_of(8, 32, *held)
+    # Held at XLA's limit, the bent plans differ by their inputs alone: the one with 5 % free is taken.
+    roomy = int(plan(held[1]).peak_bytes / 0.95) + 1
+    assert near.inside_bend(curve, held[-1], roomy) == held[1]
+    tight = int(plan(held[0]).peak_bytes / 0.95) + 1
+    assert near.inside_bend(curve, held[-1], tight) == held[0]
+    assert near.inside_bend(curve, held[0], roomy) is None  # nothing bent below it
+    assert near.inside_bend(curve_of(8, 32), 32, roomy * 10) is None  # plans on the line are not in the bend
+
+
 def test_a_first_plan_near_the_limit_waits_for_two_plans_well_inside_it():
     line_limit = max(b for b in range(1, 1000) if FIXED_TEMP + PER_SAMPLE * b <= limit(STATE + INPUT * b))
     end = curve_of(8, 32).line_end()

@@ -6,6 +6,8 @@ numbers of ``xla/service/hlo.proto``), so the reader is checked against bytes it
 
 from __future__ import annotations
 
+import sys
+
 from calc.xla.assignment import ALLOC, FREE, SHARE_WITH, fields, read_assignment, trace_peak
 
 
@@ -148,3 +150,26 @@ def test_each_value_at_the_peak_is_one_kind_of_one_layer_and_the_kinds_sum_to_th
     kept = explain(hlo_proto(), optimizer={"adam"}, layers_kept=2)
     assert [name for name, _ in kept["layers"]][-1] == "(other layers)" and len(kept["layers"]) == 3
     assert sum(sum(per.values()) for _, per in kept["layers"]) == kept["live_bytes"]
+
+
+def test_a_card_s_dumped_step_is_summed_by_what_its_allocations_hold(tmp_path, monkeypatch):
+    from tests.tools import load_tool
+
+    dumps = load_tool("gpu_tf/xla_dumps")
+    step = tmp_path / "ResNet50_b208"
+    step.mkdir()
+    (step / "module_0007.a_inference_one_step_on_data.sm_9.0_gpu_after_optimizations.hlo.pb").write_bytes(
+        hlo_proto(peak_free=123))
+    (step / "module_0003.a_inference_small.sm_9.0_gpu_after_optimizations.hlo.pb").write_bytes(b"")
+    (step / "module_0007.a_inference_one_step_on_data.sm_9.0_gpu_after_optimizations-memory-usage-report.pb"
+     ).write_bytes(b"\0" * 10_000)  # not a module: left alone
+    (tmp_path / "nothing_compiled").mkdir()
+    found = dumps.read_dumps(tmp_path)
+    assert list(found) == ["ResNet50_b208"]
+    summary = found["ResNet50_b208"]
+    assert summary["module"].startswith("module_0007.") and summary["temporaries_bytes"] == 8783
+    assert summary["argument_bytes"] == 64 and summary["output_only_bytes"] == 0
+    assert summary["workspace_at_peak_bytes"] == 700 and summary["rematerialised_instructions"] == 0
+    monkeypatch.setattr(sys.modules[__name__], "VALUES",
+                        [(i, n + ".remat" if n.startswith("fusion.") else n, *rest) for i, n, *rest in VALUES])
+    assert dumps.summary(hlo_proto())["rematerialised_instructions"] == 4  # fusion.5 to fusion.8, cloned by XLA

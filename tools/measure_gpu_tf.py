@@ -18,7 +18,9 @@ whole card, so every allocator starts alike. ``--xla`` compiles the step with XL
 set ``gpu_xla`` with ``--xla``, ``gpu`` without (``tools/sample_holdout.py --gpu``, committed
 with its predictions before it is measured); ``--seed N`` keeps only the holdout drawn with
 that seed, so that holdouts measured before are not measured again; ``--set`` names another
-planned set (``gpu_xla_limit``: steps at the card's limit, ``tools/near_limit.py``).
+planned set (``gpu_xla_limit``: steps at the card's limit, ``tools/near_limit.py``;
+``gpu_xla_scaled``: the same at a scaled limit). ``--dump-root`` has XLA write each step's
+compiled module with its buffer assignment into a folder of its own there.
 
 Cases are taken largest-first (in set ``gpu_xla_limit``, the batches predicted to fit first)
 and saved as each finishes, in the validation file format,
@@ -51,6 +53,7 @@ SAMPLE_SEED = 2026
 SAMPLE_SIZE = 36
 MAX_CPU_PEAK = 5 << 30  # keeps each run well inside its region
 LIMIT_SET = "gpu_xla_limit"  # steps at the card's limit (tools/near_limit.py)
+SCALED_SET = "gpu_xla_scaled"  # the same at a scaled limit (tools/near_limit.py --slop)
 
 
 def gpu_cases() -> list[tuple]:
@@ -72,7 +75,7 @@ def holdout_cases(xla: bool, seed: int | None = None, validation_set: str | None
     validation_set = validation_set or ("gpu_xla" if xla else "gpu")
     predicted = planned_predictions(validation_set, seed=seed)
     chosen = planned_cases(validation_set, seed=seed)
-    if validation_set == LIMIT_SET:
+    if validation_set in (LIMIT_SET, SCALED_SET):
         # Each model's largest batch predicted to fit before any batch above it: a lease that ends
         # early has measured the steps that answer "does B run?" first.
         batches: dict[str, list[int]] = {}
@@ -83,8 +86,18 @@ def holdout_cases(xla: bool, seed: int | None = None, validation_set: str | None
     return sorted(chosen, key=lambda sc: -predicted.get(case_id(*sc), 0))
 
 
+def dump_flags(dump_root: Path | None, spec, config) -> dict[str, str]:
+    """The environment that has XLA write one step's compiled module with its buffer assignment into a
+    folder of its own under ``dump_root`` (``tools/gpu_tf/xla_dumps.py`` reads them); none without one."""
+    if dump_root is None:
+        return {}
+    folder = dump_root / "".join(ch if ch.isalnum() else "_" for ch in case_id(spec, config))
+    return {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={folder} --xla_dump_hlo_as_proto".strip()}
+
+
 def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, deadline_s: float,
-            names: list[str], planned: bool = False, seed: int | None = None, planned_set: str | None = None) -> None:
+            names: list[str], planned: bool = False, seed: int | None = None, planned_set: str | None = None,
+            dump_root: Path | None = None) -> None:
     os.environ["CALC_GPU_MEMORY_LIMIT_MIB"] = str(limit_mib)
     done = {c["case"] for c in load_measurements(out)["cases"]}
     todo = [(s, replace(c, device="gpu")) for s, c in (holdout_cases(xla, seed, planned_set) if planned else gpu_cases())
@@ -96,7 +109,8 @@ def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, de
     def one(spec, config):
         if time.monotonic() - started > deadline_s:
             return case_id(spec, config), None
-        m = measure_training_step(spec, config, repeats=repeats, xla=xla, timeout_s=max(60.0, deadline_s))
+        m = measure_training_step(spec, config, repeats=repeats, xla=xla, timeout_s=max(60.0, deadline_s),
+                                  env=dump_flags(dump_root, spec, config))
         with lock:
             save_measurement(out, spec, config, m)
         return case_id(spec, config), m
@@ -148,6 +162,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, help="with --planned: only the holdout drawn with this seed")
     parser.add_argument("--set", dest="planned_set", help="with --planned: this set of validation/planned.json "
                                                           "(default gpu_xla with --xla, gpu without)")
+    parser.add_argument("--dump-root", type=Path, help="XLA writes each step's compiled module under this folder")
     args = parser.parse_args()
     if args.seed is not None and not args.planned:
         parser.error("--seed picks a planned holdout: use it with --planned")
@@ -164,7 +179,7 @@ def main() -> None:
         parser.error("measure needs OUT.json")
     measure(Path(args.out), xla=args.xla, jobs=args.jobs, limit_mib=args.limit_mib, repeats=args.repeats,
             deadline_s=args.deadline_s, names=args.names, planned=args.planned, seed=args.seed,
-            planned_set=args.planned_set)
+            planned_set=args.planned_set, dump_root=args.dump_root)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,25 @@ would be if XLA kept every activation) and the walk; ``--save`` adds both steps 
 committed before a GPU measures them (``tools/gpu_tf/measure_limit.sh``). The question the
 measurement answers: does TensorFlow's XLA step run at B and fail above it, and how far is
 its peak from the plan where the plan has bent under the line?
+
+On an 80 GB or 141 GB card B is in the thousands, and one such step took longer than a
+15-minute lease of the GPU machine. ``--slop S`` asks the same question at small batches:
+XLA is told to plan against S % of its usual limit (``xla_gpu_memory_limit_slop_factor``,
+95 by default, in ``XLA_FLAGS``; ``measure_scaled.sh`` sets the same on the GPU machine), and
+the step is given an allocator region of the card's memory scaled the same way (S / 95, less
+the card's framework overhead scaled alike; ``--region-mib`` sets another), so the limit falls
+where a card of that size would have it, and several steps share the GPU at once. A third
+step per model lies inside the bend with room (``inside_bend``), so that a peak is read there
+even if B itself does not run. XLA's
+scheduler subtracts the step's inputs and outputs before it scales, so the scaled card is
+like, not equal to, a card of that size; the plan and the step see the same limit. Saved
+as set ``gpu_xla_scaled``, the seed naming card and scale (``SCALED_TAGS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 
@@ -29,13 +43,18 @@ from calc.profiles import get_profile
 from calc.types import Device, Optimizer, TrainingConfig
 from calc.validation.planned import add_planned
 from calc.xla import CompiledPoint, compute_plan, known_curve
+from calc.xla.curve import SLOP_PERCENT
 from calc.xla.search import search_curve
 
 GIB = 2**30
+MIB = 2**20
 SET = "gpu_xla_limit"
+SCALED_SET = "gpu_xla_scaled"
 # The --seed that names each card's draw in planned.json (calc.validation.planned.drawn_seed), so that a
 # machine measures the steps predicted for its own card: measure_limit.sh OUT DEADLINE SEED.
 TAGS = {"h100-80": 3701, "h200": 3702}
+# The same at a scaled limit (--slop): one seed per card and scale, measure_scaled.sh OUT DEADLINE SEED.
+SCALED_TAGS = {("h200", 8): 3712}
 
 
 def setup(name: str) -> tuple:
@@ -44,11 +63,18 @@ def setup(name: str) -> tuple:
     return spec, TrainingConfig(batch_size=32, optimizer=optimizer, device=Device.GPU)
 
 
-def predict(name: str, gpu: str) -> list[tuple]:
-    """(spec, config, plan bytes, line bytes or None, walk bytes, fits) at B and above it."""
-    spec, config = setup(name)
+def scaled_region_mib(gpu: str, slop: int) -> int:
+    """The allocator region of a card scaled as XLA's limit is at ``slop``: its memory less its framework
+    overhead, times slop / 95, in whole MiB."""
     card = GPU_PRESETS[gpu]
-    budget = card.memory_bytes - card.overhead_bytes
+    return (card.memory_bytes - card.overhead_bytes) * slop // SLOP_PERCENT // MIB
+
+
+def predict(name: str, gpu: str, budget: int, inside: bool = False) -> list[tuple]:
+    """(spec, config, plan bytes, line bytes or None, walk bytes, fits) at B and above it, B the largest
+    batch whose plan fits ``budget`` bytes; with ``inside``, first at a batch inside the bend with room
+    (``inside_bend``)."""
+    spec, config = setup(name)
 
     def plan_at(batch: int) -> CompiledPoint:
         plan = compute_plan(spec, replace(config, batch_size=batch), gpu)
@@ -56,38 +82,65 @@ def predict(name: str, gpu: str) -> list[tuple]:
 
     answer, curve, _ = search_curve(plan_at, budget, config.batch_size, known_curve(spec, config, gpu))
     while len(curve.anchors) < 2 and (second := curve.second_anchor()) is not None:
-        curve = type(curve).of((*curve.points, plan_at(second)), curve.device_memory_bytes)
+        curve = curve.adding(plan_at(second))
     profile = get_profile(spec)
     rows = []
-    for batch in (answer.batch, answer.exceeds):
+    for batch in (inside_bend(curve, answer.batch, budget) if inside else None, answer.batch, answer.exceeds):
         if batch is None:
             continue
         one = replace(config, batch_size=batch)
         rows.append((spec, one, curve.compiled(batch).peak_bytes, curve.line_peak(batch),
-                     estimate_memory(profile, one).peak_bytes, batch == answer.batch))
+                     estimate_memory(profile, one).peak_bytes, batch <= answer.batch))
     return rows
+
+
+def inside_bend(curve, largest: int, budget: int) -> int | None:
+    """The largest batch below ``largest`` compiled past the line region (XLA rematerialising) whose plan
+    leaves 5 % of ``budget`` free: a step whose peak is read even if the card's compile adds a little
+    (cuDNN's autotuned workspaces), where B itself may not run."""
+    bent = [p.batch for p in curve.points if p.batch < largest and p.peak_bytes <= budget * 0.95
+            and not curve.below_limit(p.peak_bytes, p.temp_bytes)]
+    return max(bent, default=None)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="h100-80", choices=sorted(TAGS), help="the card the measurement runs on")
     parser.add_argument("--models", default="ResNet50,MobileNetV2,VGG16")
-    parser.add_argument("--save", action="store_true", help=f"add the steps to validation/planned.json (set {SET})")
+    parser.add_argument("--slop", type=int, default=0,
+                        help="XLA plans against this %% of its usual limit (xla_gpu_memory_limit_slop_factor)")
+    parser.add_argument("--region-mib", type=int, default=0,
+                        help="with --slop: the allocator region the step gets (default: the card scaled alike)")
+    parser.add_argument("--save", action="store_true", help="add the steps to validation/planned.json")
     args = parser.parse_args(argv)
     card = GPU_PRESETS[args.gpu]
-    print(f"{card.name}: plans must fit {(card.memory_bytes - card.overhead_bytes) / GIB:.2f} GiB "
-          f"(the card less {card.overhead_bytes / GIB:.2f} GiB of framework overhead, no margin)")
+    if args.slop:
+        if (args.gpu, args.slop) not in SCALED_TAGS:
+            parser.error(f"--slop {args.slop} on {args.gpu} has no seed in SCALED_TAGS: add one")
+        # Before any compile: the plan's child inherits the flag, and the plan's key names it.
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_memory_limit_slop_factor={args.slop}"
+        region_mib = args.region_mib or scaled_region_mib(args.gpu, args.slop)
+        budget, validation_set = region_mib * MIB, SCALED_SET
+        drawn_by = (f"near_limit.py --gpu {args.gpu} --slop {args.slop} --region-mib {region_mib} "
+                    f"--seed {SCALED_TAGS[args.gpu, args.slop]}")
+        print(f"{card.name}, XLA's limit at {args.slop} % instead of {SLOP_PERCENT} %: plans must fit an allocator "
+              f"region of {region_mib} MiB ({budget / GIB:.2f} GiB, no margin)")
+    else:
+        budget, validation_set = card.memory_bytes - card.overhead_bytes, SET
+        drawn_by = f"near_limit.py --gpu {args.gpu} --seed {TAGS[args.gpu]}"
+        print(f"{card.name}: plans must fit {budget / GIB:.2f} GiB "
+              f"(the card less {card.overhead_bytes / GIB:.2f} GiB of framework overhead, no margin)")
     print(f"{'step':58s} {'XLA plan':>10s} {'line':>10s} {'walk':>10s}  plan says")
     planned = []
     for name in args.models.split(","):
-        for spec, config, plan, line, walk, fits in predict(name, args.gpu):
+        for spec, config, plan, line, walk, fits in predict(name, args.gpu, budget, inside=bool(args.slop)):
             line_text = f"{line / GIB:9.2f}G" if line is not None else "         -"
             print(f"{spec.key + ' b' + str(config.batch_size) + ' ' + config.optimizer.value:58s} "
                   f"{plan / GIB:9.2f}G {line_text} {walk / GIB:9.2f}G  {'fits' if fits else 'does not fit'}")
-            planned.append((spec, config, plan, f"near_limit.py --gpu {args.gpu} --seed {TAGS[args.gpu]}"))
+            planned.append((spec, config, plan, drawn_by))
     if args.save:
-        add_planned(planned, SET)
-        print(f"{len(planned)} steps -> validation/planned.json (set {SET})")
+        add_planned(planned, validation_set)
+        print(f"{len(planned)} steps -> validation/planned.json (set {validation_set})")
     return 0
 
 

@@ -51,7 +51,8 @@ class Measurement:
 
 
 def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout_s: float = 600.0, xla: bool = False,
-                 trace: bool | str = False, max_rss_bytes: int | None = None) -> dict:
+                 trace: bool | str = False, max_rss_bytes: int | None = None,
+                 env: dict[str, str] | None = None) -> dict:
     """Runs the protocol once in a fresh Python process and returns its JSON result.
 
     ``xla``: compile the step with XLA (``jit_compile=True``); by default it runs on
@@ -59,10 +60,12 @@ def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout
     ``trace``: also return the measured step's allocator events (``"allocations"``,
     from TensorFlow's profiler; ``tools/trace_step.py`` reads them); ``"history"``
     also the events before it, from the model's build on (``"allocations_before"``).
+    ``env``: variables set for this run beside the child's own (``XLA_FLAGS``, say).
     """
     request = {"spec": spec_to_dict(spec), "config": config_to_dict(config), "xla": bool(xla),
                "trace": trace if trace == "history" else bool(trace)}
-    outcome = run_once("measure", request, env=child_env(), timeout_s=timeout_s, max_rss_bytes=max_rss_bytes)
+    outcome = run_once("measure", request, env={**child_env(), **(env or {})}, timeout_s=timeout_s,
+                       max_rss_bytes=max_rss_bytes)
     if outcome.reply.failure == "time":
         # Its last stage (calc.keras.step's stderr lines) says where the time went.
         raise MeasurementError(f"measurement of {spec.key} ran past {timeout_s:.0f} s and was stopped: "
@@ -76,7 +79,8 @@ def measure_once(spec: ModelSpec | ModelFile, config: TrainingConfig, *, timeout
 
 
 def measure_training_step(spec: ModelSpec | ModelFile, config: TrainingConfig, *, repeats: int = 3,
-                          timeout_s: float = 600.0, xla: bool = False, max_rss_bytes: int | None = None) -> Measurement:
+                          timeout_s: float = 600.0, xla: bool = False, max_rss_bytes: int | None = None,
+                          env: dict[str, str] | None = None) -> Measurement:
     """Measures the allocator peak of one training step ``repeats`` times.
 
     Args:
@@ -86,13 +90,14 @@ def measure_training_step(spec: ModelSpec | ModelFile, config: TrainingConfig, *
         timeout_s: per run.
         xla: compile the step with XLA (``jit_compile=True``, Keras 3's default on a GPU).
         max_rss_bytes: each run's memory budget (``calc.workers.budgets``); None: none.
+        env: variables set for each run beside the child's own.
 
     Returns:
         A ``Measurement`` with every run's peak.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be a positive integer. Received: repeats={repeats}")
-    runs = [measure_once(spec, config, timeout_s=timeout_s, xla=xla, max_rss_bytes=max_rss_bytes)
+    runs = [measure_once(spec, config, timeout_s=timeout_s, xla=xla, max_rss_bytes=max_rss_bytes, env=env)
             for _ in range(repeats)]
     first = runs[0]
     return Measurement(
