@@ -23,7 +23,8 @@ planned set (``gpu_xla_limit``: steps at the card's limit, ``tools/near_limit.py
 compiled module with its buffer assignment into a folder of its own there.
 
 Cases are taken largest-first (in set ``gpu_xla_limit``, the batches predicted to fit first)
-and saved as each finishes, in the validation file format,
+and saved as each finishes, in the validation file format (a run that fails, out of memory
+say, in ``OUT_failed.json`` with its message),
 so a run stopped at its time limit keeps what it measured; ``--deadline-s`` stops
 starting new cases after that many seconds. On a GPU machine, ``tools/gpu_tf/`` provides
 TensorFlow and puts this checkout on ``PYTHONPATH``.
@@ -106,14 +107,25 @@ def measure(out: Path, *, xla: bool, jobs: int, limit_mib: int, repeats: int, de
     started = time.monotonic()
     lock = Lock()
 
+    failures = out.with_name(out.stem + "_failed.json")
+
     def one(spec, config):
+        cid = case_id(spec, config)
         if time.monotonic() - started > deadline_s:
-            return case_id(spec, config), None
-        m = measure_training_step(spec, config, repeats=repeats, xla=xla, timeout_s=max(60.0, deadline_s),
-                                  env=dump_flags(dump_root, spec, config))
+            return cid, None
+        try:
+            m = measure_training_step(spec, config, repeats=repeats, xla=xla, timeout_s=max(60.0, deadline_s),
+                                      env=dump_flags(dump_root, spec, config))
+        except MeasurementError as exc:
+            # A step above the plan's largest batch is expected to fail out of memory: kept, by case.
+            with lock:
+                failed = json.loads(failures.read_text()) if failures.exists() else {}
+                failed[cid] = str(exc)[-2000:]
+                failures.write_text(json.dumps(failed, indent=1, sort_keys=True) + "\n")
+            raise MeasurementError(f"{cid}: {exc}") from exc
         with lock:
             save_measurement(out, spec, config, m)
-        return case_id(spec, config), m
+        return cid, m
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(one, s, c) for s, c in todo]
