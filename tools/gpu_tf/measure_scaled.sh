@@ -33,8 +33,8 @@ bash .gpu/w/setup.sh > "$out/setup.log" 2>&1 || { tail -20 "$out/setup.log"; exi
 source .gpu/w/env.sh
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/card.txt"
-# As many at once as the card holds with 1 GiB each for its CUDA context, at most 8 (16 cores).
-jobs=$(( total / (region + 1024) )); [ "$jobs" -gt 8 ] && jobs=8; [ "$jobs" -gt "$count" ] && jobs=$count
+# As many at once as the card holds with 1 GiB each for its CUDA context, at most 10 (16 cores).
+jobs=$(( total / (region + 1024) )); [ "$jobs" -gt 10 ] && jobs=10; [ "$jobs" -gt "$count" ] && jobs=$count
 echo "$count steps, XLA's limit at $slop %, $region MiB each, $jobs at a time"
 export PYTHONUNBUFFERED=1 XLA_FLAGS="--xla_gpu_memory_limit_slop_factor=$slop"
 dumps=$(mktemp -d)
