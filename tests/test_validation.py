@@ -425,3 +425,38 @@ def test_the_scaled_limit_steps_on_record_run_as_they_were_planned(tmp_path):
         folders = {measure.dump_flags(tmp_path, spec, config)["XLA_FLAGS"] for spec, config in order}
         assert len(folders) == len(order) and all("--xla_dump_hlo_as_proto" in f for f in folders)
     assert measure.dump_flags(None, *order[0]) == {}
+
+
+def test_a_gpu_machines_steps_at_the_limit_are_read_against_the_record(tmp_path, monkeypatch):
+    """tools/near_limit.py --report: each step on record with its measured peak, or why its run failed,
+    and the card's own compile (xla_dumps.py) beside the plan's."""
+    from types import SimpleNamespace
+
+    from calc.validation.planned import planned_cases, planned_predictions
+    from tests.tools import load_tool
+
+    near, measure = load_tool("near_limit"), load_tool("measure_gpu_tf")
+    seed = near.SCALED_TAGS["h200", 8]
+    steps = planned_cases("gpu_xla_scaled", seed=seed)
+    predicted = planned_predictions("gpu_xla_scaled", seed=seed)
+    ran, oom = steps[0], steps[-1]
+    monkeypatch.setattr(near, "compute_plan", lambda spec, config, gpu: SimpleNamespace(
+        temporaries_bytes=1000 + config.batch_size))
+    (tmp_path / "gpu_xla_scaled.json").write_text(json.dumps(
+        {"environment": {}, "cases": [{"case": case_id(*ran), "peak_bytes": 2 * predicted[case_id(*ran)]}]}))
+    (tmp_path / "gpu_xla_scaled_failed.json").write_text(json.dumps({case_id(*oom): (
+        "measurement of VGG16 failed: exit status 1: Traceback | tensorflow.python.framework.errors_impl."
+        "ResourceExhaustedError: Out of memory while trying to allocate 123 bytes.")}))
+    (tmp_path / "xla_dumps_scaled.json").write_text(json.dumps({measure.dump_folder(*ran): {
+        "temporaries_bytes": 77, "workspace_at_peak_bytes": 5, "rematerialised_instructions": 12}}))
+    rows = {r["case"]: r for r in near.report(tmp_path, "gpu_xla_scaled", seed, "h200")}
+    assert set(rows) == {case_id(*s) for s in steps}
+    first, last = rows[case_id(*ran)], rows[case_id(*oom)]
+    assert first["measured_bytes"] == 2 * first["predicted_bytes"] and first["failure"] is None
+    assert (first["card_temp_bytes"], first["card_workspace_bytes"], first["card_remat"]) == (77, 5, 12)
+    assert first["plan_temp_bytes"] == 1000 + ran[1].batch_size
+    assert last["measured_bytes"] is None and last["failure"] == "out of memory" and last["card_remat"] is None
+    assert near.failure_reason("measurement of X ran past 420 s and was stopped: warm-up done") == \
+        "stopped at its time limit"
+    assert near.failure_reason("failed: exit status 1: a | b | RuntimeError: no GPU") == "RuntimeError: no GPU"
+    near.print_report(list(rows.values()))  # prints a row for every step, measured or not

@@ -87,12 +87,17 @@ def holdout_cases(xla: bool, seed: int | None = None, validation_set: str | None
     return sorted(chosen, key=lambda sc: -predicted.get(case_id(*sc), 0))
 
 
+def dump_folder(spec, config) -> str:
+    """The name of the folder XLA dumps one step into (``dump_flags``), as ``tools/gpu_tf/xla_dumps.py`` keys it."""
+    return "".join(ch if ch.isalnum() else "_" for ch in case_id(spec, config))
+
+
 def dump_flags(dump_root: Path | None, spec, config) -> dict[str, str]:
     """The environment that has XLA write one step's compiled module with its buffer assignment into a
     folder of its own under ``dump_root`` (``tools/gpu_tf/xla_dumps.py`` reads them); none without one."""
     if dump_root is None:
         return {}
-    folder = dump_root / "".join(ch if ch.isalnum() else "_" for ch in case_id(spec, config))
+    folder = dump_root / dump_folder(spec, config)
     return {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={folder} --xla_dump_hlo_as_proto".strip()}
 
 

@@ -32,16 +32,19 @@ as set ``gpu_xla_scaled``, the seed naming card and scale (``SCALED_TAGS``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from calc.catalogue import CATALOGUE, make_spec
 from calc.estimate import estimate_memory
 from calc.gpus import GPU_PRESETS
 from calc.profiles import get_profile
 from calc.types import Device, Optimizer, TrainingConfig
-from calc.validation.planned import add_planned
+from calc.validation.data import case_id
+from calc.validation.planned import add_planned, planned_cases, planned_predictions
 from calc.xla import CompiledPoint, compute_plan, known_curve
 from calc.xla.curve import SLOP_PERCENT
 from calc.xla.search import search_curve
@@ -103,6 +106,61 @@ def inside_bend(curve, largest: int, budget: int) -> int | None:
     return max(bent, default=None)
 
 
+def failure_reason(message: str) -> str:
+    """A failed run's message in a few words: out of memory, stopped at its time limit, or its last line."""
+    if any(mark in message for mark in ("RESOURCE_EXHAUSTED", "ResourceExhausted", "Out of memory", "OOM")):
+        return "out of memory"
+    if "ran past" in message:
+        return "stopped at its time limit"
+    return message.split(" | ")[-1].strip()[-100:] or "failed"  # the child's last line of output
+
+
+def report(out_dir: Path, validation_set: str, seed: int, gpu: str) -> list[dict]:
+    """The steps on record (``validation_set``, ``seed``) against what a GPU machine wrote into ``out_dir``
+    (``measure_limit.sh`` / ``measure_scaled.sh``): per step the prediction on record, the measured peak or
+    why the run failed, the plan's temporaries and, where XLA dumped the step on the card
+    (``xla_dumps.py``), the card's temporaries, its cuDNN workspaces at their peak and how many
+    instructions it rematerialised."""
+    from measure_gpu_tf import dump_folder
+
+    def read(name: str) -> dict:
+        path = out_dir / name
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    measured = {c["case"]: c for c in read(f"{validation_set}.json").get("cases", [])}
+    failed = read(f"{validation_set}_failed.json")
+    dumps = read(f"xla_dumps_{validation_set.removeprefix('gpu_xla_')}.json")
+    predicted = planned_predictions(validation_set, seed=seed)
+    rows = []
+    for spec, config in planned_cases(validation_set, seed=seed):
+        cid = case_id(spec, config)
+        plan = compute_plan(spec, config, gpu)  # known (compiled for the prediction) or compiled again
+        card = dumps.get(dump_folder(spec, config), {})
+        rows.append({"case": cid, "predicted_bytes": predicted[cid], "plan_temp_bytes": plan.temporaries_bytes,
+                     "measured_bytes": measured.get(cid, {}).get("peak_bytes"),
+                     "failure": failure_reason(failed[cid]) if cid in failed else None,
+                     "card_temp_bytes": card.get("temporaries_bytes"),
+                     "card_workspace_bytes": card.get("workspace_at_peak_bytes"),
+                     "card_remat": card.get("rematerialised_instructions")})
+    return rows
+
+
+def print_report(rows: list[dict]) -> None:
+    def gib(value: int | None) -> str:
+        return f"{value / GIB:8.2f}" if value is not None else "       -"
+
+    print(f"{'step':52s} {'plan':>8s} {'measured':>8s} {'error':>7s} {'plan tmp':>8s} {'card tmp':>8s} "
+          f"{'cuDNN ws':>8s} {'remat':>5s}  outcome")
+    for r in rows:
+        error = (f"{(r['predicted_bytes'] / r['measured_bytes'] - 1) * 100:+6.1f}%" if r["measured_bytes"]
+                 else "      -")
+        outcome = r["failure"] or ("ran" if r["measured_bytes"] else "not run")
+        remat = str(r["card_remat"]) if r["card_remat"] is not None else "-"
+        print(f"{r['case'][:52]:52s} {gib(r['predicted_bytes'])} {gib(r['measured_bytes'])} {error} "
+              f"{gib(r['plan_temp_bytes'])} {gib(r['card_temp_bytes'])} {gib(r['card_workspace_bytes'])} "
+              f"{remat:>5s}  {outcome}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="h100-80", choices=sorted(TAGS), help="the card the measurement runs on")
@@ -112,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--region-mib", type=int, default=0,
                         help="with --slop: the allocator region the step gets (default: the card scaled alike)")
     parser.add_argument("--save", action="store_true", help="add the steps to validation/planned.json")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="the steps on record against what a GPU machine wrote into DIR (GiB)")
     args = parser.parse_args(argv)
     card = GPU_PRESETS[args.gpu]
     if args.slop:
@@ -121,15 +181,18 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_memory_limit_slop_factor={args.slop}"
         region_mib = args.region_mib or scaled_region_mib(args.gpu, args.slop)
         budget, validation_set = region_mib * MIB, SCALED_SET
-        drawn_by = (f"near_limit.py --gpu {args.gpu} --slop {args.slop} --region-mib {region_mib} "
-                    f"--seed {SCALED_TAGS[args.gpu, args.slop]}")
+        seed = SCALED_TAGS[args.gpu, args.slop]
+        drawn_by = f"near_limit.py --gpu {args.gpu} --slop {args.slop} --region-mib {region_mib} --seed {seed}"
         print(f"{card.name}, XLA's limit at {args.slop} % instead of {SLOP_PERCENT} %: plans must fit an allocator "
               f"region of {region_mib} MiB ({budget / GIB:.2f} GiB, no margin)")
     else:
-        budget, validation_set = card.memory_bytes - card.overhead_bytes, SET
-        drawn_by = f"near_limit.py --gpu {args.gpu} --seed {TAGS[args.gpu]}"
+        budget, validation_set, seed = card.memory_bytes - card.overhead_bytes, SET, TAGS[args.gpu]
+        drawn_by = f"near_limit.py --gpu {args.gpu} --seed {seed}"
         print(f"{card.name}: plans must fit {budget / GIB:.2f} GiB "
               f"(the card less {card.overhead_bytes / GIB:.2f} GiB of framework overhead, no margin)")
+    if args.report:
+        print_report(report(args.report, validation_set, seed, args.gpu))
+        return 0
     print(f"{'step':58s} {'XLA plan':>10s} {'line':>10s} {'walk':>10s}  plan says")
     planned = []
     for name in args.models.split(","):

@@ -11,8 +11,9 @@
 # R MiB, so a step above the plan's largest batch is expected to fail out of memory (the log
 # says FAILED). The steps are small, so they run side by side. XLA writes each compiled step
 # with its buffer assignment (--dump-root); xla_dumps.py sums them into OUT_DIR/xla_dumps_scaled.json.
-# Writes OUT_DIR/gpu_xla_scaled.json and its log; runs still going DEADLINE_S seconds (default
-# 480) after the start are stopped.
+# Writes OUT_DIR/gpu_xla_scaled.json, its failures (gpu_xla_scaled_failed.json) and its log; runs
+# still going DEADLINE_S seconds (default 480) after the start are stopped. Back here:
+# python tools/near_limit.py --gpu h200 --slop 8 --report OUT_DIR.
 set -uo pipefail
 out=${1:?OUT_DIR}
 deadline=${2:-480}
