@@ -117,7 +117,13 @@ def xla_answer_for(inputs: Inputs, gpu: GpuPreset) -> XlaAnswer | None:
     if not_applicable(inputs) is not None:
         return None
     setup = setup_of(inputs)
-    return xla_answer(setup.known(), views.config_of(inputs).per_replica_batch, plan_budget(gpu, inputs.margin / 100))
+    return xla_answer(setup.known(), views.config_of(inputs).per_replica_batch, budget_of(setup, gpu, inputs))
+
+
+def budget_of(setup: Setup, gpu: GpuPreset, inputs: Inputs) -> xla.PlanBudget:
+    """What one configuration's plan may take on ``gpu``: the sidebar's margin, or the one its measured record
+    asks for (a KerasHub model's is its own)."""
+    return plan_budget(gpu, inputs.margin / 100, hub=isinstance(setup.spec, HubSpec))
 
 
 def curve_wants(setup: Setup, answer: XlaAnswer, start: int) -> list[Want]:
@@ -141,7 +147,7 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaSt
         return state
     setup = state.setup = setup_of(inputs)
     per_device = views.config_of(inputs).per_replica_batch
-    state.answer = answer = xla_answer(setup.known(), per_device, plan_budget(gpu, inputs.margin / 100))
+    state.answer = answer = xla_answer(setup.known(), per_device, budget_of(setup, gpu, inputs))
     wants = []
     if answer.plan is None:
         wants.append(Want(setup, Kind.PLAN, batch=per_device))
@@ -416,7 +422,7 @@ def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, 
     batch = views.config_of(inputs).per_replica_batch
     answers, wants = {}, []
     for key, setup in setups.items():
-        answer = answers[key] = xla_answer(setup.known(), batch, plan_budget(GPU_PRESETS[key[1]], inputs.margin / 100))
+        answer = answers[key] = xla_answer(setup.known(), batch, budget_of(setup, GPU_PRESETS[key[1]], inputs))
         if answer.plan is None:
             wants.append(Want(setup, Kind.PLAN, batch=batch))
         wants += curve_wants(setup, answer, start=batch)

@@ -92,7 +92,7 @@ def sequence_families(spec, config, gpu: str, margin: float):
 
     if not spec.model.text:
         return []
-    _, read = known_sequence_search(spec, config.batch_size, plan_budget(GPU_PRESETS[gpu], margin).plan_bytes,
+    _, read = known_sequence_search(spec, config.batch_size, plan_budget(GPU_PRESETS[gpu], margin, hub=True).plan_bytes,
                                     lambda at: xla.known_plans(at, config, gpu))
     return [replace(spec, sequence_length=n) for n in read]
 
@@ -111,7 +111,7 @@ def compile_curve(spec, config, gpu: str, margin: float) -> str:
     points = [plan_at(config.batch_size, explained=True)]  # the page a first visit shows says what fills it
     while (second := PlanCurve.of(points, memory).second_anchor()) is not None:
         points.append(plan_at(second))
-    budget = plan_budget(GPU_PRESETS[gpu], margin).plan_bytes
+    budget = plan_budget(GPU_PRESETS[gpu], margin, hub=isinstance(spec, HubSpec)).plan_bytes
     answer, curve, _ = search_curve(plan_at, budget, config.batch_size, known_curve(spec, config, gpu))
     line = f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
     if isinstance(spec, HubSpec) and spec.model.text:  # the longest sequence at the batch, as the Estimator shows it

@@ -141,7 +141,7 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
                 hub: dict[str, Any] | None = None, notes: list[str] | None = None) -> int:
     from calc.xla import plan_budget
 
-    budget = plan_budget(gpu, args.margin)
+    budget = plan_budget(gpu, args.margin, hub=hub is not None)
     needed = plan.peak_bytes + gpu.overhead_bytes
     out: dict[str, Any] = {
         "model": name,
@@ -186,9 +186,11 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     if getattr(args, "explain", False):
         lines += explained_lines(plan)
     if budget.margin_is_measured:
+        measured = ("KerasHub steps run on an H200, the process (XLA's autotuner on) took up to"
+                    if budget.measured.record == "hub_h200" else
+                    "steps measured on an H100, TensorFlow's XLA step took up to")
         lines.append(f"  note: the margin is {budget.margin:.1%}, not {args.margin:.0%}: on {budget.measured.cases} "
-                     f"steps measured on an H100, TensorFlow's XLA step took up to "
-                     f"{-budget.measured.worst_under / (1 + budget.measured.worst_under):.1%} more than the plan")
+                     f"{measured} {budget.measured.worst_excess:.1%} more than the plan")
     print_out(out, args.json, lines)
     return 0
 
@@ -260,7 +262,7 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
     False, with one line on stderr, where no plan can be made (the walk's answer is printed then)."""
     from calc.xla import PlanError, plan_budget, plan_max_batch
 
-    budget = plan_budget(gpu, args.margin)
+    budget = plan_budget(gpu, args.margin, hub=is_hub(args))
     try:
         found = plan_max_batch(_plan_spec(args), config, gpu.key, budget.plan_bytes, max(1, walk // config.num_gpus),
                                "" if args.remat == "none" else args.remat)
@@ -333,7 +335,7 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
     spec, config, gpu = _hub_setup(args)
     if not spec.model.text:
         raise ValueError(f"{spec.preset} is an image model: it has no sequence to lengthen.")
-    budget = plan_budget(gpu, args.margin)
+    budget = plan_budget(gpu, args.margin, hub=True)
     try:
         found = plan_max_sequence(spec, config, gpu.key, budget.plan_bytes, "" if args.remat == "none" else args.remat)
     except PlanError as exc:

@@ -28,6 +28,9 @@ MODEL_FILES_DIR = "calc/data/models"
 # TensorFlow on an H100: its graph executor (jit_compile=False), and XLA (Keras 3's default there).
 GPU_TF_DATA = DATA_DIR / "gpu_tf_h100.json"
 GPU_TF_XLA_DATA = DATA_DIR / "gpu_tf_h100_xla.json"
+# KerasHub steps run on an H200 as a user runs them (tools/measure_gpu_hub.py, XLA's autotuner on), against
+# their plans on record (validation/planned.json, set hub_gpu).
+HUB_GPU_DATA = DATA_DIR / "hub_gpu_h200.json"
 # Keras's JAX backend on an H100 (XLA compiles every step), XLA's autotuner off and on.
 GPU_JAX_DATA = DATA_DIR / "gpu_jax_h100_noautotune.json"
 GPU_JAX_AUTOTUNE_DATA = DATA_DIR / "gpu_jax_h100.json"

@@ -2,7 +2,8 @@
 
 The margin of an XLA verdict is the user's, or the plan's measured one where that is larger
 (``calc.validation.margins``): a batch said to fit keeps free at least what the plan fell
-short of TensorFlow's XLA step on the measured steps.
+short of TensorFlow's XLA step on the measured steps, or, for a KerasHub model, of the
+KerasHub steps measured.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calc.gpus import GpuPreset
-from calc.validation.margins import PlanMargin, plan_margin
+from calc.validation.margins import PlanMargin, hub_plan_margin, plan_margin
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class PlanBudget:
         return self.usable_bytes - self.overhead_bytes
 
 
-def plan_budget(gpu: GpuPreset, user_margin: float) -> PlanBudget:
-    """The budget of one device's plan on ``gpu`` with the user's safety margin (a fraction)."""
-    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, plan_margin())
+def plan_budget(gpu: GpuPreset, user_margin: float, hub: bool = False) -> PlanBudget:
+    """The budget of one device's plan on ``gpu`` with the user's safety margin (a fraction); ``hub``: of a
+    KerasHub model, whose measured record is its own."""
+    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, hub_plan_margin() if hub else plan_margin())
