@@ -69,8 +69,3 @@ def hub_plan_margin() -> PlanMargin:
         return PlanMargin(0.0, 0, 0.0, "hub_h200")
     return PlanMargin(max(margin_for_runs([m], p) for m, p in pairs), len(pairs),
                       min(0.0, *(p / m - 1 for m, p in pairs)), "hub_h200")
-
-
-def xla_margin(user_margin: float) -> float:
-    """The margin an XLA verdict uses: the user's, or the plan's measured one where that is larger."""
-    return max(user_margin, plan_margin().fraction)
