@@ -208,3 +208,17 @@ def test_a_drawn_plans_parts_sum_to_its_drawn_peak():
     drawn = drawn_plan(at(8), 8, at(32), 32, 20, 50_000)
     assert drawn.input_batch_bytes == 64 * 20 and drawn.peak_bytes == 50_000
     assert drawn.drawn_through == (8, 32) and not drawn.compiled and at(8).compiled
+
+
+def test_a_kerashub_budget_without_its_record_keeps_the_other_records_margin(monkeypatch):
+    from calc.gpus import GPU_PRESETS
+    from calc.validation.margins import PlanMargin
+    from calc.xla import budget
+
+    monkeypatch.setattr(budget, "hub_plan_margin", lambda: PlanMargin(0.0, 0, 0.0, "hub_h200"))
+    monkeypatch.setattr(budget, "plan_margin", lambda: PlanMargin(0.095, 32, -0.095))
+    assert budget.plan_budget(GPU_PRESETS["t4"], 0.05, hub=True).margin == 0.095
+    monkeypatch.setattr(budget, "hub_plan_margin", lambda: PlanMargin(0.2, 8, -0.2, "hub_h200"))
+    hub = budget.plan_budget(GPU_PRESETS["t4"], 0.05, hub=True)
+    assert hub.margin == 0.2 and hub.measured.record == "hub_h200"
+    assert budget.plan_budget(GPU_PRESETS["t4"], 0.05).margin == 0.095

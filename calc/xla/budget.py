@@ -46,4 +46,7 @@ class PlanBudget:
 def plan_budget(gpu: GpuPreset, user_margin: float, hub: bool = False) -> PlanBudget:
     """The budget of one device's plan on ``gpu`` with the user's safety margin (a fraction); ``hub``: of a
     KerasHub model, whose measured record is its own."""
-    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, hub_plan_margin() if hub else plan_margin())
+    measured = hub_plan_margin() if hub else plan_margin()
+    if not measured.cases:  # no KerasHub record here (the files absent): the other record rather than none
+        measured = plan_margin()
+    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, measured)
