@@ -267,10 +267,11 @@ class ShownStep:
 
 
 def max_batch_value(shown: ShownStep) -> str:
-    """The largest batch as the metric shows it: a number, or while XLA's search is under way the
-    bound the compiled plans give ("≥ 120", or "< 8" when not even the smallest compiled fits)."""
+    """The largest batch as the metric shows it: a number ("none" when not even one sample fits), or while
+    XLA's search is under way the bound the compiled plans give ("≥ 120", or "< 8" when not even the
+    smallest compiled fits)."""
     if not shown.searching:
-        return f"{shown.max_batch:,}"
+        return f"{shown.max_batch:,}" if shown.max_batch else tr("none")
     if shown.max_batch == 0 and shown.below is not None:
         return f"< {shown.below:,}"
     return f"≥ {shown.max_batch:,}"

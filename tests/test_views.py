@@ -1,6 +1,7 @@
 """Pure view helpers of the dashboard (no Streamlit run)."""
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -83,6 +84,9 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
         assert max_batch_value(shown) == ("≥ 32" if shown.fits else "< 32")
         verdicts.append(shown.fits)
     assert verdicts == [True, False]
+    # Settled with not even one sample fitting: the metric says none rather than a batch of 0.
+    assert max_batch_value(replace(shown, searching=False, max_batch=0)) == "none"
+    assert max_batch_value(replace(shown, searching=False, max_batch=1234)) == "1,234"
 
 
 def _every_figure():
