@@ -71,7 +71,7 @@ def largest_cell(cell: CompareCell, gpus: int) -> str:
     ("≥ N"), or why there is none yet."""
     best = None if cell.answer is None else cell.answer.max_batch
     if best is not None and best.settled:
-        return f"{best.batch * gpus:,}"
+        return f"{best.batch * gpus:,}" if best.batch else tr("none")
     if best is not None and best.batch:
         return tr("≥ {batch:,}", batch=best.batch * gpus)
     return _pending(cell)

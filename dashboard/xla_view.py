@@ -192,7 +192,7 @@ def largest_batch_cell(answer: XlaAnswer | None, walk_batch: int, gpus: int) -> 
         return tr("{batch:,} (walk)", batch=walk_batch)
     best = answer.max_batch
     if best.settled:
-        return f"{best.batch * gpus:,}"
+        return f"{best.batch * gpus:,}" if best.batch else tr("none")  # as the Estimator's metric says it
     return tr("≥ {batch:,}", batch=best.batch * gpus)
 
 

@@ -351,3 +351,27 @@ def test_compare_opens_on_the_sidebar_s_card_and_a_preset_of_another_family_besi
     assert hub_inputs(Inputs(seq_len=4096), "gpt2_base_en").seq_len == 1024
     assert hub_inputs(Inputs(seq_len=4096), "gemma2_2b_en").seq_len == 4096
     assert hub_models()["gpt2_base_en"].max_sequence == 1024
+
+
+def test_compare_says_none_where_the_estimator_does():
+    """A card where not even one sample's plan fits: Compare's cells (catalogue and KerasHub) read "none", as
+    the Estimator's metric does; a settled batch reads as a number."""
+    from calc.gpus import GPU_PRESETS
+    from calc.xla import KnownPlans, PlanCurve, XlaPlan, plan_budget
+    from calc.xla.curve import CompiledPoint
+    from dashboard.hub_compare import largest_cell
+    from dashboard.xla_view import CompareCell, largest_batch_cell, xla_answer
+
+    gpu = GPU_PRESETS["t4"]
+    huge = XlaPlan(400, 500, 100, 2 * gpu.memory_bytes, 8, 0, target="t4")
+    known = KnownPlans({1: huge}, PlanCurve.of([CompiledPoint(1, huge.peak_bytes, huge.temporaries_bytes)],
+                                               gpu.memory_bytes))
+    answer = xla_answer(known, 1, plan_budget(gpu, 0.05))
+    assert answer.max_batch.settled and answer.max_batch.batch == 0
+    assert largest_batch_cell(answer, 0, 1) == "none"
+    assert largest_cell(CompareCell(answer), 1) == "none"
+    small = XlaPlan(400, 500, 100, 1000, 8, 0, target="t4")
+    fits = KnownPlans({1: small, 2: huge}, PlanCurve.of([CompiledPoint(1, small.peak_bytes, 1000),
+                                                         CompiledPoint(2, huge.peak_bytes, huge.temporaries_bytes)],
+                                                        gpu.memory_bytes))
+    assert largest_batch_cell(xla_answer(fits, 1, plan_budget(gpu, 0.05)), 0, 2) == "2"  # per device 1, two GPUs
