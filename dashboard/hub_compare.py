@@ -16,7 +16,7 @@ from calc.gpus import GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, lora_parameters
 from dashboard.i18n import tr
 from dashboard.state import Inputs
-from dashboard.views import fmt
+from dashboard.views import fmt, settled_batch
 from dashboard.xla_view import CompareCell
 
 
@@ -71,7 +71,7 @@ def largest_cell(cell: CompareCell, gpus: int) -> str:
     ("≥ N"), or why there is none yet."""
     best = None if cell.answer is None else cell.answer.max_batch
     if best is not None and best.settled:
-        return f"{best.batch * gpus:,}" if best.batch else tr("none")
+        return settled_batch(best.batch * gpus)
     if best is not None and best.batch:
         return tr("≥ {batch:,}", batch=best.batch * gpus)
     return _pending(cell)

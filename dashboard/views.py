@@ -266,12 +266,17 @@ class ShownStep:
         return (self.usable_bytes - self.needed_bytes) / self.usable_bytes
 
 
+def settled_batch(batch: int) -> str:
+    """A largest batch that compiled plans settled, as every page shows it: "none" when not even one sample fits."""
+    return f"{batch:,}" if batch else tr("none")
+
+
 def max_batch_value(shown: ShownStep) -> str:
     """The largest batch as the metric shows it: a number ("none" when not even one sample fits), or while
     XLA's search is under way the bound the compiled plans give ("≥ 120", or "< 8" when not even the
     smallest compiled fits)."""
     if not shown.searching:
-        return f"{shown.max_batch:,}" if shown.max_batch else tr("none")
+        return settled_batch(shown.max_batch)
     if shown.max_batch == 0 and shown.below is not None:
         return f"< {shown.below:,}"
     return f"≥ {shown.max_batch:,}"

@@ -20,8 +20,8 @@ from calc.xla.search import XlaMaxSequence, known_sequence_search
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
 from dashboard.state import Inputs
-from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, hub_frozen, remat_mode, shown_walk,
-                             unit_divisor, walk_curve, x_axis_end)
+from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, hub_frozen, remat_mode, settled_batch,
+                             shown_walk, unit_divisor, walk_curve, x_axis_end)
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,7 @@ def largest_batch_cell(answer: XlaAnswer | None, walk_batch: int, gpus: int) -> 
         return tr("{batch:,} (walk)", batch=walk_batch)
     best = answer.max_batch
     if best.settled:
-        return f"{best.batch * gpus:,}" if best.batch else tr("none")  # as the Estimator's metric says it
+        return settled_batch(best.batch * gpus)
     return tr("≥ {batch:,}", batch=best.batch * gpus)
 
 
