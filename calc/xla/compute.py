@@ -10,7 +10,6 @@ neither JAX nor Keras.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -180,13 +179,13 @@ def known_plans(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, g
     """
     try:
         target = target_for(gpu_key)
-        _, key = family_request(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
+        request, key = family_request(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
     except (PlanError, OSError):
         return KnownPlans({}, PlanCurve((), 0))
     raws = cache.read_family(key)
     plans = {b: plan_from_analysis(raw, target.key, remat) for b, raw in raws.items()}
     return KnownPlans(plans, PlanCurve.of((compiled_point(b, raw) for b, raw in raws.items()),
-                                          target.device_memory_size, slop_percent(os.environ.get("XLA_FLAGS", ""))))
+                                          target.device_memory_size, slop_percent(request.get("xla_flags", ""))))
 
 
 def known_curve(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> PlanCurve:
