@@ -12,6 +12,7 @@ from calc.catalogue import ModelSpec, make_spec
 from calc.profiles import get_profile
 from calc.types import ModelProfile
 from calc.validation import CAVEAT_STEPS, CaveatRecord
+from calc.validation.data import HUB_GPU_DATA
 from calc.workers.builds import BuildWorker
 from dashboard.i18n import tr
 
@@ -112,7 +113,7 @@ def hub_predictions() -> dict[str, int]:
     return planned_predictions("hub_gpu")
 
 
-HUB_MEASURED = ("hub_gpu_h200.json", "hub_gpu_h200_noautotune.json")  # in calc/data: autotuner on, off
+HUB_MEASURED = (HUB_GPU_DATA.name, "hub_gpu_h200_noautotune.json")  # in calc/data: autotuner on, off
 
 
 @st.cache_data(show_spinner=False)

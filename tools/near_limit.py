@@ -23,10 +23,10 @@ the step is given an allocator region of the card's memory scaled the same way (
 the card's framework overhead scaled alike; ``--region-mib`` sets another), so the limit falls
 where a card of that size would have it, and several steps share the GPU at once. A third
 step per model lies inside the bend with room (``inside_bend``), so that a peak is read there
-even if B itself does not run. XLA's
-scheduler subtracts the step's inputs and outputs before it scales, so the scaled card is
-like, not equal to, a card of that size; the plan and the step see the same limit. Saved
-as set ``gpu_xla_scaled``, the seed naming card and scale (``SCALED_TAGS``).
+even if B itself does not run. XLA's scheduler subtracts the step's inputs and outputs before
+it scales, so the scaled card is like, not equal to, a card of that size; the plan and the
+step see the same limit. Saved as set ``gpu_xla_scaled``, the seed naming card and scale
+(``SCALED_TAGS``).
 """
 
 from __future__ import annotations

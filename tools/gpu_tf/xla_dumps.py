@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from calc.xla.assignment import read_hlo_proto
-from calc.xla.peak import explain
+from calc.xla.peak import explain_assignment
 
 PATTERN = "*after_optimizations*.hlo.pb"
 
@@ -30,7 +30,8 @@ def summary(hlo_proto: bytes) -> dict[str, Any]:
     """One compiled module's buffer assignment, summed by what each allocation holds."""
     instructions, assignment = read_hlo_proto(hlo_proto)
     allocations = assignment.allocations
-    at_peak = explain(hlo_proto, optimizer=(), layers_kept=0)
+    at_peak = explain_assignment(instructions, assignment, optimizer=frozenset(), state_layers={},
+                                 leaf_layers=frozenset())
     return {
         "temporaries_bytes": sum(a.size for a in allocations if a.is_temporary),
         "argument_bytes": sum(a.size for a in allocations if a.is_parameter),
