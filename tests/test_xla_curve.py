@@ -222,3 +222,38 @@ def test_a_kerashub_budget_without_its_record_keeps_the_other_records_margin(mon
     hub = budget.plan_budget(GPU_PRESETS["t4"], 0.05, hub=True)
     assert hub.margin == 0.2 and hub.measured.record == "hub_h200"
     assert budget.plan_budget(GPU_PRESETS["t4"], 0.05).margin == 0.095
+
+
+@pytest.mark.parametrize("lines", [True, False])
+def test_shipping_a_curve_compiles_its_line_and_then_its_search(monkeypatch, lines):
+    """tools/ship_xla_plans.py: ``--lines`` compiles the first batch and the second plan the line asks for,
+    nothing more; without it the search follows until the largest batch is settled."""
+    from types import SimpleNamespace
+
+    from calc import xla
+    from calc.catalogue import make_spec
+    from calc.gpus import GPU_PRESETS
+    from calc.types import Device, TrainingConfig
+    from tests.tools import load_tool
+
+    ship = load_tool("ship_xla_plans")
+    memory = xla.target_for("t4").device_memory_size
+    compiled: list[int] = []
+
+    def compute_plan(spec, config, gpu, explained=False):
+        compiled.append(config.batch_size)
+        point = plan(config.batch_size)
+        return SimpleNamespace(peak_bytes=point.peak_bytes, temporaries_bytes=point.temp_bytes)
+
+    monkeypatch.setattr(xla, "compute_plan", compute_plan)
+    monkeypatch.setattr(xla, "known_curve", lambda *a, **k: PlanCurve((), memory))
+    config = TrainingConfig(batch_size=32, device=Device.GPU)
+    line = ship.compile_curve(make_spec("ResNet50"), config, "t4", 0.05, lines=lines)
+    second = PlanCurve.of([plan(32)], memory).second_anchor()
+    assert second is not None and compiled[:2] == [32, second]
+    if lines:
+        assert compiled == [32, second] and "largest batch" not in line
+        return
+    budget = xla.plan_budget(GPU_PRESETS["t4"], 0.05).plan_bytes
+    largest = max(b for b in range(1, 4096) if plan(b).peak_bytes <= budget)
+    assert len(compiled) > 2 and largest in compiled and f"largest batch {largest}" in line

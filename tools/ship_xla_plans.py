@@ -1,6 +1,6 @@
 """Writes calc/data/xla_plans.json.gz: the XLA plans shipped with the project.
 
-    python tools/ship_xla_plans.py [--compile] [--models A,B | --hub] [--gpus t4,l4]
+    python tools/ship_xla_plans.py [--compile [--lines]] [--models A,B | --hub] [--gpus t4,l4]
         [--precisions mixed_float16] [--optimizers adam] [--minutes N]
 
 Shipped are, by family (one configuration on one card, every batch known):
@@ -18,7 +18,9 @@ Shipped are, by family (one configuration on one card, every batch known):
 
 ``--compile`` first compiles what the disk cache lacks (hours for every curve on two cores; a
 model's configuration is compiled for every card in a row, so the worker builds it once;
-``--minutes`` stops starting new ones after that long). Without it, the file is written from
+``--minutes`` stops starting new ones after that long; ``--lines`` compiles only the two plans
+each curve's line needs, so that a first pass gives every curve its line and an approximate
+largest batch, and a visitor's page searches the rest in the background). Without it, the file is written from
 what the disk cache holds, and a curve nothing was compiled for is left out. The plans are
 keyed to the installed jax, jaxlib, plugin and Keras versions: after a version change, run
 this again with ``--compile``.
@@ -97,8 +99,9 @@ def sequence_families(spec, config, gpu: str, margin: float):
     return [replace(spec, sequence_length=n) for n in read]
 
 
-def compile_curve(spec, config, gpu: str, margin: float) -> str:
-    """Compiles what one shipped curve lacks; returns one line on what it holds."""
+def compile_curve(spec, config, gpu: str, margin: float, lines: bool = False) -> str:
+    """Compiles what one shipped curve lacks (``lines``: only the two plans its line needs, no search
+    for the largest batch); returns one line on what it holds."""
     from calc import xla
     from calc.xla import CompiledPoint, PlanCurve, compute_plan, known_curve, plan_budget
     from calc.xla.search import search_curve
@@ -111,6 +114,9 @@ def compile_curve(spec, config, gpu: str, margin: float) -> str:
     points = [plan_at(config.batch_size, explained=True)]  # the page a first visit shows says what fills it
     while (second := PlanCurve.of(points, memory).second_anchor()) is not None:
         points.append(plan_at(second))
+    if lines:
+        curve = PlanCurve.of(points, memory)
+        return f"{len(curve.points)} plans, line to {curve.line_end()}"
     budget = plan_budget(GPU_PRESETS[gpu], margin, hub=isinstance(spec, HubSpec)).plan_bytes
     answer, curve, _ = search_curve(plan_at, budget, config.batch_size, known_curve(spec, config, gpu))
     line = f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
@@ -134,6 +140,17 @@ def kept(raw: dict, explained: bool) -> dict:
     return out
 
 
+def curve_state(plans: dict[str, dict], gpu: str, margin: float) -> tuple[bool, bool]:
+    """(whether a shipped curve's plans draw a line, whether they settle its largest batch)."""
+    from calc import xla
+    from calc.xla import PlanCurve, plan_budget
+    from calc.xla.curve import compiled_point
+
+    curve = PlanCurve.of([compiled_point(int(b), raw) for b, raw in plans.items()], xla.target_for(gpu).device_memory_size)
+    answer = curve.max_batch(plan_budget(GPU_PRESETS[gpu], margin).plan_bytes)
+    return curve.line_end() is not None, answer is not None and answer.settled
+
+
 def write(models: list[str] | None = None) -> None:
     from calc import xla
     from calc.xla import cache
@@ -153,10 +170,16 @@ def write(models: list[str] | None = None) -> None:
     for spec, config, gpu in validation_requests():
         add(spec, config, gpu, f"{spec.key} b{config.batch_size} {config.optimizer.value} {config.precision.value} "
                                f"{config.train_mode.value} on {gpu}")
-    for spec, config, gpus, _ in curve_setups():
+    lines = settled = total = 0
+    for spec, config, gpus, margin in curve_setups():
         for gpu in gpus:
+            total += 1
             add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}",
                 explained_at=config.batch_size)
+            shipped = families.get(xla.family_request(spec, config, gpu)[1])
+            if shipped is not None:
+                line, done = curve_state(shipped["plans"], gpu, margin)
+                lines, settled = lines + line, settled + done
     for spec, config, gpus, margin in hub_setups():
         for gpu in gpus:
             add(spec, config, gpu, f"{spec.key} {config.optimizer.value} on {gpu}", explained_at=config.batch_size)
@@ -170,6 +193,7 @@ def write(models: list[str] | None = None) -> None:
     count = sum(len(f["plans"]) for f in families.values())
     print(f"{len(families)} families, {count} plans -> {cache.SHIPPED_PLANS} "
           f"({cache.SHIPPED_PLANS.stat().st_size:,} bytes)")
+    print(f"catalogue curves: {lines} of {total} with a line, {settled} with the largest batch settled")
 
 
 def _listed(text: str) -> list[str] | None:
@@ -185,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", default="", help="only these cards (comma-separated preset keys)")
     parser.add_argument("--precisions", default="", help="only these precisions (comma-separated)")
     parser.add_argument("--optimizers", default="", help="only these optimizers (comma-separated)")
+    parser.add_argument("--lines", action="store_true",
+                        help="with --compile: only the two plans each curve's line needs, no search")
     parser.add_argument("--minutes", type=float, default=0.0, help="start no compile after this long (0: no limit)")
     args = parser.parse_args(argv)
     models, gpus, precisions, optimizers = (_listed(text) for text in (args.models, args.gpus, args.precisions,
@@ -206,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("time is up: writing what is compiled")
                 break
             try:
-                line = compile_curve(spec, config, gpu, margin)
+                line = compile_curve(spec, config, gpu, margin, lines=args.lines)
             except PlanError as exc:
                 line = f"failed: {exc}"
             print(f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}: {line} "
