@@ -54,8 +54,9 @@ class XlaState:
         if self.answer is None:
             return views.shown_walk(view, inputs)
         if self.answer.plan is None:
-            return shown_pending(view, inputs, self.answer)
-        return shown_xla(view, inputs, self.answer, None if self.base_plan is None else self.base_plan.peak_bytes)
+            return shown_pending(view, inputs, self.answer, xla_jobs.compiles_enabled())
+        return shown_xla(view, inputs, self.answer, None if self.base_plan is None else self.base_plan.peak_bytes,
+                         xla_jobs.compiles_enabled())
 
 
 def session_id() -> str:

@@ -49,11 +49,15 @@ class CompareCell:
     error: str = ""  # one line, for "failed" and a setup the model cannot take
 
 
-def largest_batch_label(answer: MaxBatch | None) -> str:
+def largest_batch_label(answer: MaxBatch | None, compiling: bool = True) -> str:
+    """The metric's label; ``compiling``: the server compiles what the search still needs (else the plans
+    known are all there is)."""
     if answer is None:
         return tr("Largest batch (walk, until XLA's plans)")
     if answer.settled:
         return tr("Largest batch that fits (XLA plans, compiled)")
+    if not compiling:
+        return tr("Largest batch that fits (XLA plans known, not settled)")
     return tr("Largest batch that fits (XLA, searching)")
 
 
@@ -77,9 +81,11 @@ def plan_parts(plan: XlaPlan, split_weights: bool = False) -> dict[str, int]:
     return {"frozen_weights": weights - trainable, "trainable_weights": trainable, **parts}
 
 
-def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_bytes: int | None) -> ShownStep:
+def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_bytes: int | None,
+              compiling: bool = True) -> ShownStep:
     """XLA's plan in place of the walk: needed = plan peak + overhead, against the card less the margin
-    (the user's, or the plan's measured one where larger). ``answer.plan`` must be known."""
+    (the user's, or the plan's measured one where larger). ``answer.plan`` must be known; ``compiling``:
+    the server compiles what the search still needs."""
     plan = answer.plan
     assert plan is not None
     gpus, overhead = inputs.num_gpus, view.overhead_bytes
@@ -97,7 +103,7 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
         step="xla", peak_label=label, components=plan_parts(plan, split_weights=inputs.source == "hub"),
         peak_bytes=plan.peak_bytes,
         overhead_bytes=overhead, capacity_bytes=view.capacity_bytes, usable_bytes=answer.budget.usable_bytes,
-        max_batch=max_batch, max_batch_label=largest_batch_label(best), margin_fraction=answer.budget.margin,
+        max_batch=max_batch, max_batch_label=largest_batch_label(best, compiling), margin_fraction=answer.budget.margin,
         searching=best is not None and not best.settled,
         below=None if best is None or best.exceeds is None else best.exceeds * gpus,
         curve=xla_curve(view, inputs, answer, plan.peak_bytes),
@@ -105,7 +111,7 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
     )
 
 
-def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer) -> ShownStep:
+def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compiling: bool = True) -> ShownStep:
     """While the plan of the chosen batch is unknown: the walk's peak, labelled as standing in, XLA's
     largest batch where its plans tell one, and a verdict only where a compiled plan decides it
     (a batch as large that fits, or one as small that does not: plans grow with the batch)."""
@@ -120,7 +126,7 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer) -> Show
     if best is None:
         return walk
     return replace(walk, peak_label=tr("Predicted peak (walk, until XLA's plan)"),
-                   max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best),
+                   max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best, compiling),
                    searching=not best.settled, below=None if best.exceeds is None else best.exceeds * gpus,
                    usable_bytes=answer.budget.usable_bytes, margin_fraction=answer.budget.margin,
                    decided_by=None if decided is None else (decided * gpus, plans[decided].peak_bytes + view.overhead_bytes),
@@ -334,7 +340,7 @@ def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool 
                   "(jit_compile=False), and every number here is the walk's.")
     best = answer.max_batch
     largest = (f"{best.batch * inputs.num_gpus:,}" if best is not None and best.settled else
-               tr("at least {batch:,} (searching)", batch=best.batch * inputs.num_gpus) if best is not None else "-")
+               tr("at least {batch:,} (not settled yet)", batch=best.batch * inputs.num_gpus) if best is not None else "-")
     shown = tr("The sidebar's step is XLA's (jit_compile=True): the Estimator shows XLA's own plan, {peak} at this "
                "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free.",
                peak=fmt(answer.plan.peak_bytes, inputs), gpu=gpu.name, largest=largest, margin=answer.budget.margin,

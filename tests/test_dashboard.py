@@ -884,8 +884,9 @@ def test_a_known_plan_replaces_the_walk_in_the_metrics_verdict_and_charts():
     assert needed > usable and at.error and at.error[0].value.startswith("Does not fit")
     assert f"framework overhead (CUDA context, libraries) = {fmt(needed, Inputs())}" in at.error[0].value
     assert f"of {fmt(usable, Inputs())}" not in at.error[0].value and fmt(usable, Inputs()) in at.error[0].value
-    # Neither known plan fits: the largest batch is a search's, under way, and says so.
-    assert metric(at, "Largest batch that fits (XLA, searching)") == "< 8"  # the smallest compiled does not fit
+    # Neither known plan fits: the largest batch is the plans' bound; compiles are off here, so no search is
+    # under way and the label does not say one is.
+    assert metric(at, "Largest batch that fits (XLA plans known, not settled)") == "< 8"  # the smallest does not fit
     bars = bar_chart(at)
     assert {t["name"] for t in bars["data"]} == {LABELS[k] for k, v in plan.components().items() if v} | {
         LABELS["framework_overhead"]}  # no part of 0 bytes (nothing outside the step here)

@@ -81,6 +81,9 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
         assert shown.curve.compiled == ((32, plan.peak_bytes + gpu.overhead_bytes),)
         # One plan and no search yet: the largest batch is the plans' bound, and says so.
         assert shown.searching and "searching" in shown.max_batch_label
+        off = shown_xla(view, inputs, xla_answer(known, 32, plan_budget(gpu, inputs.margin / 100)),
+                        base_peak_bytes=None, compiling=False)  # a server with compiles off: nothing searches
+        assert off.searching and off.max_batch_label == "Largest batch that fits (XLA plans known, not settled)"
         assert max_batch_value(shown) == ("≥ 32" if shown.fits else "< 32")
         verdicts.append(shown.fits)
     assert verdicts == [True, False]
