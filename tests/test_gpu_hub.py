@@ -98,3 +98,21 @@ def test_the_expected_attention_follows_the_cards_rules():
     assert tool.expected_attention(make_hub_spec("gemma_2b_en", 512, 4), "9.0") == "cudnn"  # no soft cap
     assert tool.expected_attention(make_hub_spec("gemma2_2b_en", 512, 4), "9.0") == "xla"
     assert tool.expected_attention(make_hub_spec("gpt2_base_en", 512), "9.0") == "xla"
+
+
+def test_the_cards_temporaries_are_set_against_the_plans_in_logits_units(tmp_path):
+    """``compare --dumps``: the card's compiled temporaries against the plan's, the difference over the step's
+    logits (batch x tokens x vocabulary x 2 bytes in bfloat16); no logits for a model that makes none."""
+    qwen = next(e for e in tool.planned_entries() if e["case"].startswith("qwen2.5_0.5b_en-seq4096"))
+    vit = next(e for e in tool.planned_entries() if e["case"].startswith("vit_base"))
+    logits = 2 * 4096 * 151_936 * 2  # batch 2, 4,096 tokens, Qwen 2.5's vocabulary, bfloat16
+    folder = "".join(ch if ch.isalnum() else "_" for ch in qwen["case"])
+    dumps = {folder: {"temporaries_bytes": qwen["plan"]["xla_temporaries"] + logits},
+             "".join(ch if ch.isalnum() else "_" for ch in vit["case"]): {"temporaries_bytes": vit["plan"]["xla_temporaries"]}}
+    rows = {r["case"]: r for r in tool.dump_rows(dumps, tool.planned_entries())}
+    assert rows[qwen["case"]]["logits"] == logits and rows[qwen["case"]]["in_logits"] == 1.0
+    assert rows[vit["case"]]["extra"] == 0 and rows[vit["case"]]["in_logits"] is None
+    assert len(rows) == 2  # the cases without a dump are left out
+    env = tool.dump_env({"XLA_FLAGS": "--xla_gpu_autotune_level=0"}, tmp_path, qwen["case"])
+    assert env["XLA_FLAGS"] == f"--xla_gpu_autotune_level=0 --xla_dump_to={tmp_path / folder} --xla_dump_hlo_as_proto"
+    assert tool.dump_env({"A": "1"}, None, qwen["case"]) == {"A": "1"}

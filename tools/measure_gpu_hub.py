@@ -4,7 +4,7 @@
     python tools/measure_gpu_hub.py prepare                        # here: the wheels to carry, into .gpu/hub
     python3 tools/measure_gpu_hub.py measure OUT.json [DEADLINE_S] [--jobs N] [--no-autotune] [--only SUBSTR]
     python tools/measure_gpu_hub.py measure OUT.json 600 --dry-run --only gpt2   # here: the child on the CPU
-    python tools/measure_gpu_hub.py compare OUT.json               # here: the plan on record against the card
+    python tools/measure_gpu_hub.py compare OUT.json [--dumps D.json]  # here: the plan on record against the card
 
 ``predict`` compiles XLA's plan (``calc.xla.compute_plan``) of each case of ``CASES`` for the card
 and, with ``--save``, writes them into ``validation/planned.json`` as set ``hub_gpu``, replacing
@@ -338,8 +338,17 @@ def child_env(site: str | None, dry_run: bool, no_autotune: bool) -> dict[str, s
     return env
 
 
+def dump_env(env: dict[str, str], dump_root: Path | None, case: str) -> dict[str, str]:
+    """``env`` with XLA writing the case's compiled modules with their buffer assignments into a folder of its
+    own under ``dump_root`` (``tools/gpu_tf/xla_dumps.py`` reads them); ``env`` itself without one."""
+    if dump_root is None:
+        return env
+    folder = dump_root / "".join(ch if ch.isalnum() else "_" for ch in case)
+    return {**env, "XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder} --xla_dump_hlo_as_proto".strip()}
+
+
 def measure(path: str, deadline_s: float, only: list[str], dry_run: bool = False, no_autotune: bool = False,
-            jobs: int = 1, planned: Path | None = None) -> list[dict[str, Any]]:
+            jobs: int = 1, planned: Path | None = None, dump_root: Path | None = None) -> list[dict[str, Any]]:
     """Every ``hub_gpu`` case (or those whose id holds one of ``only``), smallest plan first, ``jobs`` children
     at once (each its own process and allocator, so its own peak; the card holds the largest three together
     several times over), the file saved as each ends; none starts after ``deadline_s``.
@@ -373,7 +382,7 @@ def measure(path: str, deadline_s: float, only: list[str], dry_run: bool = False
         case = {k: entry[k] for k in ("case", "spec", "config", "gpu")}
         if dry_run:
             case.update(batch=1, sequence=min(16, entry["spec"]["hub"]["sequence_length"]))
-        result = measure_one(case, left, env)
+        result = measure_one(case, left, dump_env(env, dump_root, entry["case"]))
         if "error" in result:
             shown = f"{'OUT OF MEMORY' if result['oom'] else 'FAILED'}: {result['error']}"
         elif result["peak_bytes"] is None:
@@ -438,6 +447,45 @@ def compare(path: str, planned: Path | None = None) -> list[dict[str, Any]]:
     return table
 
 
+def logits_bytes(entry: dict[str, Any]) -> int:
+    """A causal LM's logits at the case's batch: batch x sequence x vocabulary, in the compute dtype (0 for
+    any other model)."""
+    from calc.requests import config_from_dict, plan_spec_from_dict
+
+    spec, config = plan_spec_from_dict(entry["spec"]), config_from_dict(entry["config"])
+    vocabulary = spec.model.backbone.get("vocabulary_size", 0) if spec.model.task == "causal_lm" else 0
+    return config.batch_size * spec.sequence_length * vocabulary * (4 if spec.dtype == "float32" else 2)
+
+
+def dump_rows(dumps: dict[str, Any], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case with a dump: the temporaries the card's compile (autotuner on) assigned against the plan's,
+    and that difference in units of the step's logits (``logits_bytes``).
+
+    With the autotuner on, each LoRA causal LM measured took more than its plan by one buffer of its logits'
+    size (docs/KERASHUB.md); the card's own buffer assignment says whether that buffer is in the step."""
+    out = []
+    for entry in entries:
+        summary = dumps.get("".join(ch if ch.isalnum() else "_" for ch in entry["case"]))
+        if not isinstance(summary, dict) or "temporaries_bytes" not in summary:
+            continue
+        planned = entry["plan"]["xla_temporaries"]
+        extra = summary["temporaries_bytes"] - planned
+        logits = logits_bytes(entry)
+        out.append({"case": entry["case"], "planned": planned, "card": summary["temporaries_bytes"], "extra": extra,
+                    "logits": logits, "in_logits": extra / logits if logits else None})
+    return out
+
+
+def compare_dumps(dumps: dict[str, Any], planned: Path | None = None) -> list[dict[str, Any]]:
+    table = dump_rows(dumps, planned_entries(planned))
+    print(f"\n{'case':74s} {'plan temp':>10s} {'card temp':>10s} {'extra':>9s} {'logits':>9s}  extra/logits")
+    for r in table:
+        ratio = f"{r['in_logits']:.3f}" if r["in_logits"] is not None else "-"
+        print(f"{r['case']:74s} {r['planned'] / GIB:9.2f}G {r['card'] / GIB:9.2f}G {r['extra'] / 2**20:8.0f}M "
+              f"{r['logits'] / 2**20:8.0f}M  {ratio}")
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -452,17 +500,22 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--no-autotune", action="store_true", help="XLA's autotuner off (--xla_gpu_autotune_level=0)")
     m.add_argument("--dry-run", action="store_true", help="on the CPU, batch 1 and at most 16 tokens")
     m.add_argument("--jobs", type=int, default=1, help="children at once (default 1)")
+    m.add_argument("--dump-root", type=Path, help="XLA writes each case's compiled modules under this folder")
     c = sub.add_parser("compare", help="the plans on record against a measurement file")
     c.add_argument("out")
+    c.add_argument("--dumps", help="tools/gpu_tf/xla_dumps.py's summary of the measured steps' dumps")
     args = parser.parse_args(argv)
     if args.command == "predict":
         predict(args.gpu, args.save)
     elif args.command == "prepare":
         prepare()
     elif args.command == "measure":
-        measure(args.out, args.deadline_s, args.only, args.dry_run, args.no_autotune, args.jobs)
+        measure(args.out, args.deadline_s, args.only, args.dry_run, args.no_autotune, args.jobs,
+                dump_root=args.dump_root)
     else:
         compare(args.out)
+        if args.dumps:
+            compare_dumps(json.loads(Path(args.dumps).read_text()))
     return 0
 
 
