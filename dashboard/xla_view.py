@@ -166,7 +166,8 @@ def margin_line(answer: XlaAnswer, inputs: Inputs) -> str | None:
     if budget.measured.record == "hub_h200":
         return tr("XLA's verdict and largest batch keep {margin:.1%} of the card free, not the {user}% set: on {cases} "
                   "KerasHub steps run on an H200 as a user runs them, the process took up to {under:.1%} more than "
-                  "XLA's plan (the buffers XLA's autotuner tries while it compiles are not in the plan), and "
+                  "XLA's plan (with XLA's autotuner on, a LoRA text step held one more buffer the size of its logits, "
+                  "which the plan compiled without a GPU has not), and "
                   "{margin:.1%} is the margin under which every one of them fit.",
                   margin=budget.margin, user=inputs.margin, cases=budget.measured.cases,
                   under=budget.measured.worst_excess)
