@@ -183,6 +183,20 @@ def test_before_the_search_settles_the_answer_is_the_best_lower_bound():
     assert curve_of(8, 32, end + 30).max_batch(budget).batch == end + 30  # a compiled plan past the line fits
 
 
+def test_past_the_lines_region_the_search_first_compiles_where_the_line_drawn_on_crosses_the_budget():
+    """Not at the region's end, which fits by construction: where the straight line would reach the budget
+    (XLA's plan lies under it there as it rematerialises, so that compile most often fits and bounds the
+    answer from below, or else brackets it)."""
+    curve = curve_of(8, 32)
+    budget = 13 * GIB
+    by_hand = (budget - STATE - FIXED_TEMP) // (INPUT + PER_SAMPLE)  # line_peak(b) <= budget
+    assert by_hand > curve.line_end()
+    assert curve.line_crossing_drawn_on(budget) == by_hand and curve.next_search_batch(budget, 32) == by_hand
+    small = line_peak(20)  # a budget inside the region: the line's own crossing
+    assert curve.next_search_batch(small, 32) == curve.line_crossing(small) == 20
+    assert curve.line_crossing_drawn_on(line_peak(8) - 1) is None  # not even the line's start fits
+
+
 @pytest.mark.parametrize("batch", [0, 1, 99, 199, 200, 450, 5000])
 def test_the_search_settles_exactly_below_200_and_within_one_percent_above(batch):
     assert settle_width(batch) == (1 if batch < 200 else batch // 100)
