@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 # XLA's scheduler limit: device memory x 80 / 100 when the module names none (JAX names
 # none), and xla_gpu_memory_limit_slop_factor's default, 95.
@@ -77,6 +77,19 @@ def compiled_point(batch: int, raw: dict[str, Any]) -> CompiledPoint:
     + outputs - aliased, as ``calc.xla.plan.plan_from_analysis`` reads it."""
     peak = raw["argument_bytes"] + raw["temp_bytes"] + raw["output_bytes"] - raw["alias_bytes"]
     return CompiledPoint(batch, int(peak), int(raw["temp_bytes"]))
+
+
+def largest_where(holds: Callable[[int], bool], lo: int, hi: int | None = None) -> int:
+    """The largest batch from ``lo`` (where ``holds``) up to ``hi`` (where it does not; unbounded if None,
+    doubling from ``lo`` to below 2**24) at which ``holds``, by bisection (``holds`` falls once)."""
+    if hi is None:
+        hi = lo * 2
+        while holds(hi) and hi < 1 << 24:
+            lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    return lo
 
 
 def settle_width(batch: int) -> int:
@@ -207,13 +220,7 @@ class PlanCurve:
         start = self.line_start()
         if start is None or self.drawn(start) is None:
             return None
-        lo, hi = start, start * 2
-        while self.drawn(hi) is not None and hi < 1 << 24:
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self.drawn(mid) is not None else (lo, mid)
-        return lo
+        return largest_where(lambda b: self.drawn(b) is not None, start)
 
     # --- the largest batch -------------------------------------------------------------
 
@@ -226,18 +233,14 @@ class PlanCurve:
 
     def line_crossing(self, budget_bytes: int) -> int | None:
         """The largest batch whose drawn point fits the budget (None: no line, or not even at its start)."""
+        def fits(batch: int) -> bool:
+            point = self.drawn(batch)
+            return point is not None and point.peak_bytes <= budget_bytes
+
         end, start = self.line_end(), self.line_start()
-        if end is None or start is None or self.drawn(start).peak_bytes > budget_bytes:  # type: ignore[union-attr]
+        if end is None or start is None or not fits(start):
             return None
-        lo, hi = start, end
-        last = self.drawn(hi)
-        if last is not None and last.peak_bytes <= budget_bytes:
-            return hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            point = self.drawn(mid)
-            lo, hi = (mid, hi) if point is not None and point.peak_bytes <= budget_bytes else (lo, mid)
-        return lo
+        return end if fits(end) else largest_where(fits, start, end)
 
     def line_crossing_drawn_on(self, budget_bytes: int) -> int | None:
         """The largest batch at which the line, drawn on past its region, stays within the budget: a guess for
@@ -248,15 +251,7 @@ class PlanCurve:
             return peak is not None and peak <= budget_bytes
 
         start = self.line_start()
-        if start is None or not within(start):
-            return None
-        lo, hi = start, start * 2
-        while within(hi) and hi < 1 << 24:
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if within(mid) else (lo, mid)
-        return lo
+        return None if start is None or not within(start) else largest_where(within, start)
 
     def max_batch(self, budget_bytes: int) -> MaxBatch | None:
         """The largest batch whose plan fits ``budget_bytes``, as well as the plans known tell it;
