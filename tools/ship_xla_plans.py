@@ -140,13 +140,13 @@ def kept(raw: dict, explained: bool) -> dict:
     return out
 
 
-def curve_state(plans: dict[str, dict], gpu: str, margin: float) -> tuple[bool, bool]:
+def curve_state(plans: dict[int, dict], gpu: str, margin: float) -> tuple[bool, bool]:
     """(whether a shipped curve's plans draw a line, whether they settle its largest batch)."""
     from calc import xla
     from calc.xla import PlanCurve, plan_budget
     from calc.xla.curve import compiled_point
 
-    curve = PlanCurve.of([compiled_point(int(b), raw) for b, raw in plans.items()], xla.target_for(gpu).device_memory_size)
+    curve = PlanCurve.of([compiled_point(b, raw) for b, raw in plans.items()], xla.target_for(gpu).device_memory_size)
     answer = curve.max_batch(plan_budget(GPU_PRESETS[gpu], margin).plan_bytes)
     return curve.line_end() is not None, answer is not None and answer.settled
 
@@ -160,12 +160,14 @@ def write(models: list[str] | None = None) -> None:
         raise SystemExit(xla.unavailable_reason())
     families: dict[str, dict] = {}
 
-    def add(spec, config, gpu, label: str, explained_at: int = 0) -> None:
+    def add(spec, config, gpu, label: str, explained_at: int = 0) -> dict[int, dict] | None:
+        """Ships the family's plans; returns them (None when none is known)."""
         request, key = xla.family_request(spec, config, gpu)
         plans = cache.read_family(key)
         if plans:
             families[key] = {"label": label, "plans": {str(b): kept(raw, b == explained_at)
                                                        for b, raw in sorted(plans.items())}}
+        return plans or None
 
     for spec, config, gpu in validation_requests():
         add(spec, config, gpu, f"{spec.key} b{config.batch_size} {config.optimizer.value} {config.precision.value} "
@@ -174,11 +176,10 @@ def write(models: list[str] | None = None) -> None:
     for spec, config, gpus, margin in curve_setups():
         for gpu in gpus:
             total += 1
-            add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}",
-                explained_at=config.batch_size)
-            shipped = families.get(xla.family_request(spec, config, gpu)[1])
+            shipped = add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}",
+                          explained_at=config.batch_size)
             if shipped is not None:
-                line, done = curve_state(shipped["plans"], gpu, margin)
+                line, done = curve_state(shipped, gpu, margin)
                 lines, settled = lines + line, settled + done
     for spec, config, gpus, margin in hub_setups():
         for gpu in gpus:
