@@ -338,12 +338,18 @@ def child_env(site: str | None, dry_run: bool, no_autotune: bool) -> dict[str, s
     return env
 
 
+def dump_folder(case: str) -> str:
+    """The folder a case's dump goes into, as ``tools/gpu_tf/xla_dumps.py`` keys its summary (as
+    ``measure_gpu_tf.dump_folder`` names a TensorFlow step's)."""
+    return "".join(ch if ch.isalnum() else "_" for ch in case)
+
+
 def dump_env(env: dict[str, str], dump_root: Path | None, case: str) -> dict[str, str]:
     """``env`` with XLA writing the case's compiled modules with their buffer assignments into a folder of its
     own under ``dump_root`` (``tools/gpu_tf/xla_dumps.py`` reads them); ``env`` itself without one."""
     if dump_root is None:
         return env
-    folder = dump_root / "".join(ch if ch.isalnum() else "_" for ch in case)
+    folder = dump_root / dump_folder(case)
     return {**env, "XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} --xla_dump_to={folder} --xla_dump_hlo_as_proto".strip()}
 
 
@@ -465,7 +471,7 @@ def dump_rows(dumps: dict[str, Any], entries: list[dict[str, Any]]) -> list[dict
     size (docs/KERASHUB.md); the card's own buffer assignment says whether that buffer is in the step."""
     out = []
     for entry in entries:
-        summary = dumps.get("".join(ch if ch.isalnum() else "_" for ch in entry["case"]))
+        summary = dumps.get(dump_folder(entry["case"]))
         if not isinstance(summary, dict) or "temporaries_bytes" not in summary:
             continue
         planned = entry["plan"]["xla_temporaries"]
