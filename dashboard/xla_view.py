@@ -340,7 +340,7 @@ def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool 
                   "server yet: the Estimator compiles it. This page teaches the graph executor's step "
                   "(jit_compile=False), and every number here is the walk's.")
     best = answer.max_batch
-    largest = (f"{best.batch * inputs.num_gpus:,}" if best is not None and best.settled else
+    largest = (settled_batch(best.batch * inputs.num_gpus) if best is not None and best.settled else
                tr("at least {batch:,} (not settled yet)", batch=best.batch * inputs.num_gpus) if best is not None else "-")
     shown = tr("The sidebar's step is XLA's (jit_compile=True): the Estimator shows XLA's own plan, {peak} at this "
                "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free.",

@@ -92,6 +92,29 @@ def test_the_plan_decides_the_verdict_with_the_overhead_and_the_margin():
     assert max_batch_value(replace(shown, searching=False, max_batch=1234)) == "1,234"
 
 
+def test_the_formula_pages_xla_line_writes_the_largest_batch_as_the_estimator_does():
+    from calc.gpus import GPU_PRESETS
+    from calc.xla import KnownPlans, MaxBatch, PlanCurve, XlaPlan, plan_budget
+    from calc.xla.curve import CompiledPoint, PointSource
+    from dashboard.state import Inputs
+    from dashboard.xla_view import lesson_line, xla_answer
+
+    gpu = GPU_PRESETS["t4"]
+    inputs = Inputs(model="ResNet50", image_size=224, batch_size=64, gpu="t4", num_gpus=2)
+    plan = XlaPlan(400, 500, 100, 20 * 2**30, 8, 0, target="t4")
+    known = KnownPlans({32: plan}, PlanCurve.of([CompiledPoint(32, plan.peak_bytes, plan.temporaries_bytes)],
+                                                 16 * 2**30))
+    answer = xla_answer(known, 32, plan_budget(gpu, 0.05))
+
+    def line(batch: int, settled: bool) -> str:
+        best = MaxBatch(batch, PointSource.COMPILED, settled, batch or None, batch + 1)
+        return lesson_line(replace(answer, max_batch=best), inputs, gpu)
+
+    assert "its largest batch on Tesla T4 16 GB, none, with" in line(0, True)  # not "0", as the Estimator says
+    assert "its largest batch on Tesla T4 16 GB, 2,468, with" in line(1234, True)  # both GPUs' batch
+    assert "at least 2,468 (not settled yet)" in line(1234, False)
+
+
 def _every_figure():
     """Each figure builder of dashboard.figures, on small numbers, with every optional part drawn."""
     from dashboard import figures
