@@ -400,6 +400,39 @@ def test_a_worker_that_keeps_the_model_plans_to_the_byte_what_a_fresh_child_plan
         worker.close()
 
 
+@needs_plan
+@pytest.mark.keras
+def test_a_plan_whose_kernels_xla_assembles_is_the_unassembled_plan_to_the_byte(tmp_path):
+    """The plans' compiles leave XLA's kernels unassembled (calc.keras.assembler): the assembler
+    stand-in answers the version as the real one, writes an empty file for a kernel, and the plan
+    XLA assigns is the same with the real assembler, on two compute capabilities."""
+    import subprocess
+
+    from calc.keras.assembler import cuda_root, unassembled_cuda_root
+    from calc.workers.plans import PlanWorker
+
+    real, stand_in = cuda_root(), unassembled_cuda_root()
+    assert real is not None and stand_in is not None
+    version = [subprocess.run([f"{root}/bin/ptxas", "--version"], capture_output=True, text=True, check=True).stdout
+               for root in (real, stand_in)]
+    assert version[0] == version[1] and "Cuda compilation tools" in version[0]
+    (tmp_path / "k.ptx").write_text(".version 8.0\n.target sm_75\n.address_size 64\n")
+    subprocess.run([f"{stand_in}/bin/ptxas", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin"),
+                    "-arch=sm_75"], check=True)
+    assert (tmp_path / "k.cubin").read_bytes() == b""
+
+    config = TrainingConfig(batch_size=4, optimizer="adam", device="gpu")
+    fields = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "batch_bytes")
+    worker = PlanWorker()
+    try:
+        for gpu in ("t4", "h100-80"):
+            request = cache.plan_request(SMALL_CNN, config, xla.target_for(gpu))
+            unassembled, assembled = worker.compile(request), worker.compile({**request, "assemble": True})
+            assert {k: unassembled[k] for k in fields} == {k: assembled[k] for k in fields}, gpu
+    finally:
+        worker.close()
+
+
 def plan_batch_bytes(plan, input_shape) -> int:
     batch = plan.input_batch_bytes // (4 * (math.prod(input_shape) + 1))
     return batch * 4 * (math.prod(input_shape) + 1)  # float32 images and int32 labels
@@ -538,7 +571,7 @@ compile = stages.Lowered.compile
 calls = []
 def refusing(self, compiler_options=None, **kwargs):
     calls.append(compiler_options)
-    if compiler_options is None:
+    if "xla_gpu_enable_triton_gemm" not in compiler_options:
         raise RuntimeError("INTERNAL: Failed to get configs for: 1 out of 3 instructions. " + NO_GEMM_CONFIG + " for HLO")
     return compile(self, compiler_options=compiler_options, **kwargs)
 stages.Lowered.compile = refusing
@@ -550,4 +583,5 @@ print(json.dumps([calls, raw.get("triton_gemm"), raw["temp_bytes"] > 0]))
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     calls, triton, planned = json.loads(done.stdout.strip().splitlines()[-1])
-    assert calls == [None, {"xla_gpu_enable_triton_gemm": False}] and triton is False and planned
+    unassembled = {"xla_gpu_cuda_data_dir": calls[0]["xla_gpu_cuda_data_dir"]}  # calc.keras.assembler's folder
+    assert calls == [unassembled, {**unassembled, "xla_gpu_enable_triton_gemm": False}] and triton is False and planned

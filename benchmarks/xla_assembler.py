@@ -1,0 +1,77 @@
+"""What leaving XLA's kernels unassembled saves a plan's compile, and that the plan stays the same.
+
+    python benchmarks/xla_assembler.py [--only N]
+
+For each configuration below (five compute capabilities, both precisions, Adam and SGD, a frozen
+backbone, a KerasHub LoRA step), one warm compile worker compiles the plan twice, as the dashboard
+does (its kernels unassembled, ``calc.keras.assembler``) and with XLA's assembler run on every
+kernel, in alternating order. Prints each compile's seconds, whether every byte of the two memory
+analyses is the same, and the ratio of the totals; exits 1 if any byte differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from calc import xla
+from calc.catalogue import make_spec
+from calc.hub import HubSpec
+from calc.types import Device, TrainingConfig
+from calc.workers.plans import PlanWorker
+
+CASES = (  # (what, spec, config, card)
+    ("ResNet50 224 b32 Adam float32", make_spec("ResNet50"), TrainingConfig(batch_size=32), "t4"),
+    ("MobileNetV2 224 b64 Adam mixed_float16", make_spec("MobileNetV2"),
+     TrainingConfig(batch_size=64, precision="mixed_float16"), "l4"),
+    ("EfficientNetB0 224 b32 SGD float32", make_spec("EfficientNetB0"), TrainingConfig(batch_size=32, optimizer="sgd"),
+     "a10"),
+    ("DenseNet121 224 b32 Adam float32", make_spec("DenseNet121"), TrainingConfig(batch_size=32), "a100-40"),
+    ("InceptionV3 299 b32 Adam mixed_float16", make_spec("InceptionV3"),
+     TrainingConfig(batch_size=32, precision="mixed_float16"), "h100-80"),
+    ("VGG16 224 b16 Adam float32, frozen backbone", make_spec("VGG16", include_top=False),
+     TrainingConfig(batch_size=16, train_mode="frozen_backbone"), "rtx-4090"),
+    ("Qwen 2.5 0.5B LoRA 4, 256 tokens, b4", HubSpec("qwen2.5_0.5b_en", 256, 4), TrainingConfig(batch_size=4), "l4"),
+)
+
+
+def _bytes(answer: dict) -> dict[str, int]:
+    return {k: v for k, v in answer.items() if k.endswith("_bytes") and k not in ("generated_code_bytes",
+                                                                                   "worker_peak_rss_bytes")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", type=int, default=len(CASES), help="the first N configurations")
+    args = p.parse_args()
+    totals = {False: 0.0, True: 0.0}
+    differ = 0
+    for i, (what, spec, config, gpu) in enumerate(CASES[:args.only]):
+        request, _ = xla.family_request(spec, replace(config, device=Device.GPU), gpu)
+        worker = PlanWorker()
+        try:
+            answers = {}
+            for assemble in ((False, True) if i % 2 == 0 else (True, False)):
+                answers[assemble] = worker.compile({**request, "assemble": assemble}, timeout_s=1800)
+        except xla.PlanError as exc:
+            print(f"{what} on {gpu}: {exc}", flush=True)
+            return 1
+        finally:
+            worker.close()
+        same = _bytes(answers[False]) == _bytes(answers[True])
+        differ += not same
+        seconds = {k: a["compile_seconds"] for k, a in answers.items()}
+        for k in totals:
+            totals[k] += seconds[k]
+        print(f"{what} on {gpu}: unassembled {seconds[False]:.1f} s, assembled {seconds[True]:.1f} s "
+              f"({seconds[False] / seconds[True]:.2f}x); plan bytes {'the same' if same else 'DIFFER'}", flush=True)
+        if not same:
+            print(f"  unassembled {_bytes(answers[False])}\n  assembled   {_bytes(answers[True])}", flush=True)
+    print(f"XLA's compile, unassembled against assembled: {totals[False]:.1f} s / {totals[True]:.1f} s = "
+          f"{totals[False] / totals[True]:.2f}x; {differ} of {min(args.only, len(CASES))} plans differ in any byte")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
