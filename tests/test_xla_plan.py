@@ -433,6 +433,26 @@ def test_a_plan_whose_kernels_xla_assembles_is_the_unassembled_plan_to_the_byte(
         worker.close()
 
 
+@needs_plan
+@pytest.mark.keras
+def test_where_the_stand_in_assembler_cannot_run_xla_assembles(monkeypatch):
+    """A temporary folder mounted noexec would leave XLA no assembler it can run: the plan's
+    compile then keeps the real one (no option), rather than failing every compile."""
+    from calc.keras import assembler
+
+    def noexec(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", args[0][0])
+
+    assembler.unassembled_cuda_root.cache_clear()
+    monkeypatch.setattr(assembler.subprocess, "run", noexec)
+    try:
+        assert assembler.compiler_options() == {} and assembler.compiler_options(assemble=True) == {}
+    finally:
+        assembler.unassembled_cuda_root.cache_clear()
+    monkeypatch.undo()
+    assert assembler.compiler_options()["xla_gpu_cuda_data_dir"] == assembler.unassembled_cuda_root()
+
+
 def plan_batch_bytes(plan, input_shape) -> int:
     batch = plan.input_batch_bytes // (4 * (math.prod(input_shape) + 1))
     return batch * 4 * (math.prod(input_shape) + 1)  # float32 images and int32 labels

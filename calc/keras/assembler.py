@@ -16,6 +16,7 @@ import functools
 import os
 import shlex
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def cuda_root() -> Path | None:
 @functools.cache
 def unassembled_cuda_root() -> str | None:
     """This process's folder whose ``ptxas`` assembles nothing (removed when the process ends), or
-    None where there is no real one to answer the version or no ``/bin/sh``: XLA then assembles."""
+    None where there is no real one to answer the version, or the stand-in cannot run (no
+    ``/bin/sh``, a temporary folder mounted noexec): XLA then assembles."""
     real = cuda_root()
     if real is None or not (real / "nvvm").is_dir() or not os.access("/bin/sh", os.X_OK):
         return None
@@ -53,6 +55,10 @@ def unassembled_cuda_root() -> str | None:
     ptxas = folder / "bin" / "ptxas"
     ptxas.write_text(_PTXAS.format(real=shlex.quote(str(real / "bin" / "ptxas"))))
     ptxas.chmod(0o755)
+    try:  # a temporary folder mounted noexec, say: XLA would find no assembler it can run
+        subprocess.run([str(ptxas), "--version"], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
     return str(folder)
 
 
