@@ -402,17 +402,20 @@ def test_a_worker_that_keeps_the_model_plans_to_the_byte_what_a_fresh_child_plan
 
 @needs_plan
 @pytest.mark.keras
-def test_a_plan_whose_kernels_xla_assembles_is_the_unassembled_plan_to_the_byte(tmp_path):
-    """The plans' compiles leave XLA's kernels unassembled (calc.keras.assembler): the assembler
-    stand-in answers the version as the real one, writes an empty file for a kernel, and the plan
-    XLA assigns is the same with the real assembler, on two compute capabilities."""
+def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path):
+    """The plans' compiles skip XLA's machine code (calc.keras.codegen): no LLVM optimisation, and
+    an assembler stand-in that answers the version as the real one and writes an empty file for a
+    kernel. The plan XLA assigns, and what fills its peak, are the same with XLA's full code
+    generation, on two compute capabilities."""
     import subprocess
 
-    from calc.keras.assembler import cuda_root, unassembled_cuda_root
+    from calc.keras.codegen import compiler_options, cuda_root, unassembled_cuda_root
     from calc.workers.plans import PlanWorker
 
     real, stand_in = cuda_root(), unassembled_cuda_root()
     assert real is not None and stand_in is not None
+    assert compiler_options() == {"xla_backend_optimization_level": 0, "xla_gpu_cuda_data_dir": stand_in}
+    assert compiler_options(full_codegen=True) == {}
     version = [subprocess.run([f"{root}/bin/ptxas", "--version"], capture_output=True, text=True, check=True).stdout
                for root in (real, stand_in)]
     assert version[0] == version[1] and "Cuda compilation tools" in version[0]
@@ -422,13 +425,13 @@ def test_a_plan_whose_kernels_xla_assembles_is_the_unassembled_plan_to_the_byte(
     assert (tmp_path / "k.cubin").read_bytes() == b""
 
     config = TrainingConfig(batch_size=4, optimizer="adam", device="gpu")
-    fields = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "batch_bytes")
+    fields = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "batch_bytes", "peak")
     worker = PlanWorker()
     try:
         for gpu in ("t4", "h100-80"):
             request = cache.plan_request(SMALL_CNN, config, xla.target_for(gpu))
-            unassembled, assembled = worker.compile(request), worker.compile({**request, "assemble": True})
-            assert {k: unassembled[k] for k in fields} == {k: assembled[k] for k in fields}, gpu
+            planned, full = worker.compile(request), worker.compile({**request, "full_codegen": True})
+            assert "peak" in planned and {k: planned[k] for k in fields} == {k: full[k] for k in fields}, gpu
     finally:
         worker.close()
 
@@ -437,20 +440,21 @@ def test_a_plan_whose_kernels_xla_assembles_is_the_unassembled_plan_to_the_byte(
 @pytest.mark.keras
 def test_where_the_stand_in_assembler_cannot_run_xla_assembles(monkeypatch):
     """A temporary folder mounted noexec would leave XLA no assembler it can run: the plan's
-    compile then keeps the real one (no option), rather than failing every compile."""
-    from calc.keras import assembler
+    compile then keeps the real one (no folder option; LLVM still unoptimised), rather than
+    failing every compile."""
+    from calc.keras import codegen
 
     def noexec(*args, **kwargs):
         raise PermissionError(13, "Permission denied", args[0][0])
 
-    assembler.unassembled_cuda_root.cache_clear()
-    monkeypatch.setattr(assembler.subprocess, "run", noexec)
+    codegen.unassembled_cuda_root.cache_clear()
+    monkeypatch.setattr(codegen.subprocess, "run", noexec)
     try:
-        assert assembler.compiler_options() == {} and assembler.compiler_options(assemble=True) == {}
+        assert codegen.compiler_options() == {"xla_backend_optimization_level": 0}
     finally:
-        assembler.unassembled_cuda_root.cache_clear()
+        codegen.unassembled_cuda_root.cache_clear()
     monkeypatch.undo()
-    assert assembler.compiler_options()["xla_gpu_cuda_data_dir"] == assembler.unassembled_cuda_root()
+    assert codegen.compiler_options()["xla_gpu_cuda_data_dir"] == codegen.unassembled_cuda_root()
 
 
 def plan_batch_bytes(plan, input_shape) -> int:
@@ -603,5 +607,6 @@ print(json.dumps([calls, raw.get("triton_gemm"), raw["temp_bytes"] > 0]))
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     calls, triton, planned = json.loads(done.stdout.strip().splitlines()[-1])
-    unassembled = {"xla_gpu_cuda_data_dir": calls[0]["xla_gpu_cuda_data_dir"]}  # calc.keras.assembler's folder
-    assert calls == [unassembled, {**unassembled, "xla_gpu_enable_triton_gemm": False}] and triton is False and planned
+    options = {"xla_backend_optimization_level": 0,  # calc.keras.codegen's options
+               "xla_gpu_cuda_data_dir": calls[0]["xla_gpu_cuda_data_dir"]}
+    assert calls == [options, {**options, "xla_gpu_enable_triton_gemm": False}] and triton is False and planned

@@ -178,6 +178,6 @@ class HubPlanModel(PlanModel):
     def answer_as_the_card(self, target_config: str) -> None:
         answer_as_the_card(target_config)
 
-    def plan(self, batch: int, target_config: str, assemble: bool = False) -> dict[str, Any]:
-        return {**super().plan(batch, target_config, assemble), "trainable_params": self.trainable_params,
+    def plan(self, batch: int, target_config: str, full_codegen: bool = False) -> dict[str, Any]:
+        return {**super().plan(batch, target_config, full_codegen), "trainable_params": self.trainable_params,
                 "params": self.params}

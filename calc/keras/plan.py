@@ -25,7 +25,7 @@ from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
-from calc.keras.assembler import compiler_options
+from calc.keras.codegen import compiler_options
 from calc.keras.step import batch_shapes, compiled_training_model
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import TrainingConfig
@@ -207,14 +207,14 @@ class PlanModel:
                                      sharding=sharding),
                 jax.ShapeDtypeStruct((batch, *self._shape_y), "int32", sharding=sharding), None)
 
-    def plan(self, batch: int, target_config: str, assemble: bool = False) -> dict[str, Any]:
+    def plan(self, batch: int, target_config: str, full_codegen: bool = False) -> dict[str, Any]:
         """XLA's memory analysis of the step at ``batch`` for the card ``target_config`` describes.
 
         JAX compiles for the CUDA target described by ``target_config`` (a
         ``stream_executor.GpuTargetConfigProto`` in text form) as a compile-only client
         ("deviceless ahead-of-time compilation"), and the compiled program's
-        ``memory_analysis()`` gives the bytes XLA assigned. Its kernels are not assembled
-        (``calc.keras.assembler``) unless ``assemble``.
+        ``memory_analysis()`` gives the bytes XLA assigned. Its kernels are neither optimised nor
+        assembled (``calc.keras.codegen``) unless ``full_codegen``.
         """
         import jax
         import keras
@@ -230,7 +230,7 @@ class PlanModel:
         lowered = self._step.lower(jax.tree.map(abstract, self._state), data)
         traced = time.perf_counter()
         gemm: dict[str, Any] = {}
-        options = compiler_options(assemble)
+        options = compiler_options(full_codegen)
         try:
             memory = lowered.compile(compiler_options=options).memory_analysis()
         except Exception as exc:  # noqa: BLE001 - XLA's runtime error has no public class to catch
@@ -308,7 +308,7 @@ _WARM: dict[str, PlanModel] = {}  # the last model planned in this process, by i
 
 def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, target_config: str,
                     remat: str | None = None, family: str | None = None, build: Any = None,
-                    assemble: bool = False) -> dict[str, Any]:
+                    full_codegen: bool = False) -> dict[str, Any]:
     """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
 
     ``family`` names the configuration at any batch (a saved file's by its content, which a
@@ -317,8 +317,8 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
     would run convolutions on a device. The model is kept for the next request of the same
     configuration at another batch or card (its ``"warm"`` is then true); one model at a time,
     so that a worker holds one model's state. ``build`` makes the model (``PlanModel`` by default;
-    ``calc.keras.hub.HubPlanModel`` for a KerasHub model). ``assemble``: XLA assembles the kernels
-    too (``calc.keras.assembler``; the same plan, slower).
+    ``calc.keras.hub.HubPlanModel`` for a KerasHub model). ``full_codegen``: XLA optimises and
+    assembles the kernels too (``calc.keras.codegen``; the same plan, slower).
     """
     import gc
 
@@ -334,4 +334,4 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
         gc.collect()
         make: Any = build or PlanModel
         model = _WARM[family] = make(spec, config, remat)
-    return {**model.plan(config.per_replica_batch, target_config, assemble), "warm": warm}
+    return {**model.plan(config.per_replica_batch, target_config, full_codegen), "warm": warm}

@@ -62,9 +62,9 @@ def _plan(request: dict[str, Any]) -> dict[str, Any]:
         from calc.keras.hub import HubPlanModel  # keras_hub is imported for KerasHub models alone
 
         build = HubPlanModel
-    # "assemble": XLA assembles the kernels too (benchmarks/xla_assembler.py; the same plan).
+    # "full_codegen": XLA optimises and assembles the kernels too (benchmarks/xla_codegen.py; the same plan).
     return plan_in_process(spec, config_from_dict(request["config"]), request["target_config"], request.get("remat"),
-                           family=family, build=build, assemble=request.get("assemble") is True)
+                           family=family, build=build, full_codegen=request.get("full_codegen") is True)
 
 
 def _build(request: dict[str, Any]) -> dict[str, Any]:

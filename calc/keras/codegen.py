@@ -1,12 +1,14 @@
-"""A CUDA folder for XLA's compile-only client whose assembler assembles nothing.
+"""The machine code a plan's compile skips: XLA's kernels are neither optimised by LLVM nor assembled.
 
-XLA's GPU compiler assigns every buffer of the step (what ``memory_analysis()`` reports) before it
-emits code; then it lowers each kernel to PTX and runs ``ptxas`` on it, one process a kernel (250 for
-ResNet50's step, about a third of the compile). A plan never runs: the compile-only client keeps the
-machine code and loads it nowhere. So the plan's compile points XLA at a folder whose ``bin/ptxas``
-answers XLA's version question with the real assembler and writes an empty file for each kernel;
-``nvvm`` (libdevice, which the PTX needs) is the real one. The bytes of the plan are the same to
-the byte (``benchmarks/xla_assembler.py`` compiles configurations both ways and compares them).
+XLA's GPU compiler assigns every buffer of the step (what ``memory_analysis()`` reports) after its
+HLO passes, before it emits code; then it lowers each kernel to LLVM, optimises it into PTX and runs
+``ptxas`` on it, one process a kernel (250 for ResNet50's step). A plan never runs: the
+compile-only client keeps the machine code and loads it nowhere. So the plan's compile asks LLVM
+for no optimisation (``xla_backend_optimization_level`` 0: LLVM's pipeline only, after the buffers
+are assigned) and points XLA at a folder whose ``bin/ptxas`` answers XLA's version question with
+the real assembler and writes an empty file for each kernel; ``nvvm`` (libdevice, which the PTX
+needs) is the real one. The plan is the same to the byte (``benchmarks/xla_codegen.py`` compiles
+configurations both ways and compares every byte and what fills the peak).
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ def unassembled_cuda_root() -> str | None:
     return str(folder)
 
 
-def compiler_options(assemble: bool = False) -> dict[str, str]:
-    """The plan's compile options: XLA's CUDA folder, the one that assembles nothing unless ``assemble``."""
-    root = None if assemble else unassembled_cuda_root()
-    return {"xla_gpu_cuda_data_dir": root} if root else {}
+def compiler_options(full_codegen: bool = False) -> dict[str, str | int]:
+    """The plan's compile options: no LLVM optimisation and XLA's CUDA folder the one that assembles
+    nothing (where it can run), unless ``full_codegen`` (XLA's machine code as for running it)."""
+    if full_codegen:
+        return {}
+    root = unassembled_cuda_root()
+    return {"xla_backend_optimization_level": 0, **({"xla_gpu_cuda_data_dir": root} if root else {})}
