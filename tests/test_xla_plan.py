@@ -451,6 +451,7 @@ def test_where_the_stand_in_assembler_cannot_run_xla_assembles(monkeypatch):
     monkeypatch.setattr(codegen.subprocess, "run", noexec)
     try:
         assert codegen.compiler_options() == {"xla_backend_optimization_level": 0}
+        assert codegen.compiler_options(full_codegen=True) == {}
     finally:
         codegen.unassembled_cuda_root.cache_clear()
     monkeypatch.undo()
