@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from calc.xla.assignment import ALLOC, FREE, SHARE_WITH, fields, read_assignment, trace_peak
+from calc.xla.assignment import (ALLOC, FREE, HOST_MEMORY_SPACE, SHARE_WITH, CompiledMemory, compiled_memory,
+                                 fields, hlo_assignment, read_assignment, trace_peak)
 
 
 def varint(value: int) -> bytes:
@@ -37,12 +38,16 @@ def logical_buffer(ident: int, size: int, name: str, index: tuple[int, ...] = ()
 
 
 def allocation(index: int, size: int, buffers: list[int], *, parameter: int | None = None,
-               live_out: bool = False) -> bytes:
+               live_out: bool = False, aliased: bool = False, thread_local: bool = False, constant: bool = False,
+               color: int = 0) -> bytes:
     pairs: list[tuple[int, int | bytes]] = [(1, index), (2, size)]
     if parameter is not None:
         pairs += [(5, 1), (6, parameter)]
     if live_out:
         pairs.append((7, 1))
+    pairs += [(n, 1) for n, on in ((13, aliased), (3, thread_local), (12, constant)) if on]
+    if color:
+        pairs.append((8, color))
     pairs += [(9, message((1, b), (2, 0), (3, 0))) for b in buffers]
     return message(*pairs)
 
@@ -81,6 +86,22 @@ def test_the_trace_is_replayed_to_the_moment_the_live_temporaries_are_largest():
     assert assignment.buffers[2].instruction_id == 102
     peak = trace_peak(assignment.traces[0], assignment.buffers)
     assert (peak.live_bytes, peak.live, peak.instruction_name) == (150, (1, 2), "fusion.2")
+
+
+def test_the_compiled_memory_counts_each_allocation_as_xlas_memory_analysis_does():
+    """An entry parameter is an argument (and an alias where the output reuses it), a possibly
+    live-out allocation an output (a donated parameter is both), a preallocated temporary a
+    temporary; thread-local and constant allocations are none of them, nor is the host's memory.
+    Read from a dumped HloProto's field 3, its module (field 1) left unread."""
+    allocations = [allocation(0, 1000, [], parameter=0, live_out=True, aliased=True),  # donated weights
+                   allocation(1, 300, [], parameter=1),  # the batch
+                   allocation(2, 40, [], live_out=True),  # the loss
+                   allocation(3, 5000, []),  # the temporaries
+                   allocation(4, 8, [], constant=True), allocation(5, 16, [], thread_local=True),
+                   allocation(6, 7000, [], color=HOST_MEMORY_SPACE)]  # a host-offloaded temporary
+    proto = message((1, b"\xff\xff not a module"), (3, message(*[(3, a) for a in allocations])))
+    assert compiled_memory(hlo_assignment(proto)) == CompiledMemory(argument_bytes=1300, output_bytes=1040,
+                                                                    alias_bytes=1000, temp_bytes=5000)
 
 
 def instruction(ident: int, name: str, opcode: str, op_name: str = "", target: str = "",

@@ -12,6 +12,7 @@ import math
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -403,19 +404,23 @@ def test_a_worker_that_keeps_the_model_plans_to_the_byte_what_a_fresh_child_plan
 @needs_plan
 @pytest.mark.keras
 def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path):
-    """The plans' compiles skip XLA's machine code (calc.keras.codegen): no LLVM optimisation, and
-    an assembler stand-in that answers the version as the real one and writes an empty file for a
+    """The plans' compiles skip XLA's machine code (calc.keras.codegen): they stop before the first
+    kernel, where XLA has dumped the assignment; should one go on, no LLVM optimisation, and an
+    assembler stand-in that answers the version as the real one and writes an empty file for a
     kernel. The plan XLA assigns, and what fills its peak, are the same with XLA's full code
     generation, on two compute capabilities."""
     import subprocess
 
-    from calc.keras.codegen import compiler_options, cuda_root, unassembled_cuda_root
+    from calc.keras.codegen import STOP_MARK, compiler_options, cuda_root, stopping_cache, unassembled_cuda_root
     from calc.workers.plans import PlanWorker
 
     real, stand_in = cuda_root(), unassembled_cuda_root()
     assert real is not None and stand_in is not None
-    assert compiler_options() == {"xla_backend_optimization_level": 0, "xla_gpu_cuda_data_dir": stand_in}
-    assert compiler_options(full_codegen=True) == {}
+    unoptimised = {"xla_backend_optimization_level": 0, "xla_gpu_cuda_data_dir": stand_in}
+    assert compiler_options("unoptimised") == unoptimised
+    assert compiler_options() == {**unoptimised, "xla_gpu_kernel_cache_file": stopping_cache()}
+    assert compiler_options("full") == {}
+    assert STOP_MARK.encode() in Path(stopping_cache()).read_bytes()
     version = [subprocess.run([f"{root}/bin/ptxas", "--version"], capture_output=True, text=True, check=True).stdout
                for root in (real, stand_in)]
     assert version[0] == version[1] and "Cuda compilation tools" in version[0]
@@ -430,8 +435,11 @@ def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path)
     try:
         for gpu in ("t4", "h100-80"):
             request = cache.plan_request(SMALL_CNN, config, xla.target_for(gpu))
-            planned, full = worker.compile(request), worker.compile({**request, "full_codegen": True})
+            planned, full = worker.compile(request), worker.compile({**request, "codegen": "full"})
+            assert planned["kernels_emitted"] is False and full["kernels_emitted"] is True, gpu
             assert "peak" in planned and {k: planned[k] for k in fields} == {k: full[k] for k in fields}, gpu
+        with pytest.raises(xla.PlanError, match="unknown code generation"):
+            worker.compile({**request, "codegen": "some"})
     finally:
         worker.close()
 
@@ -450,8 +458,8 @@ def test_where_the_stand_in_assembler_cannot_run_xla_assembles(monkeypatch):
     codegen.unassembled_cuda_root.cache_clear()
     monkeypatch.setattr(codegen.subprocess, "run", noexec)
     try:
-        assert codegen.compiler_options() == {"xla_backend_optimization_level": 0}
-        assert codegen.compiler_options(full_codegen=True) == {}
+        assert codegen.compiler_options("unoptimised") == {"xla_backend_optimization_level": 0}
+        assert codegen.compiler_options("full") == {}
     finally:
         codegen.unassembled_cuda_root.cache_clear()
     monkeypatch.undo()
@@ -576,10 +584,11 @@ print(json.dumps([plan.asks_the_device, cnn.asks_the_device, flash, plain]))
 
 
 @pytest.mark.keras
-def test_a_step_xla_has_no_gemm_configuration_for_is_compiled_again_with_cublas():
+def test_a_step_xla_has_no_gemm_configuration_for_is_compiled_again_with_cublas(tmp_path):
     """XLA without a device refuses some GEMM fusions it has no default configuration for (Gemma 2 2B at
     32 x 280 tokens on an L4); the plan compiles that step again with cuBLAS for every matrix product and
-    says so. Here the refusal is made to happen on a small file's first compile."""
+    says so. Here the refusal is made to happen on a small file's first compile; the second stops
+    where XLA has dumped its assignment, as a plan's compile does."""
     import subprocess
     import sys
 
@@ -602,12 +611,14 @@ def refusing(self, compiler_options=None, **kwargs):
 stages.Lowered.compile = refusing
 plan = PlanModel(ModelFile("calc/data/models/mlp.keras"), TrainingConfig(batch_size=8, device="gpu"))
 raw = plan.plan(8, target_for("l4").config_text())
-print(json.dumps([calls, raw.get("triton_gemm"), raw["temp_bytes"] > 0]))
+print(json.dumps([calls, raw.get("triton_gemm"), raw["temp_bytes"] > 0, raw["kernels_emitted"]]))
 """
-    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True, timeout=600,
-                          check=False)
+    done = subprocess.run([sys.executable, "-c", code], env=plan_env(str(tmp_path)), capture_output=True, text=True,
+                          timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    calls, triton, planned = json.loads(done.stdout.strip().splitlines()[-1])
+    calls, triton, planned, emitted = json.loads(done.stdout.strip().splitlines()[-1])
     options = {"xla_backend_optimization_level": 0,  # calc.keras.codegen's options
-               "xla_gpu_cuda_data_dir": calls[0]["xla_gpu_cuda_data_dir"]}
+               "xla_gpu_cuda_data_dir": calls[0]["xla_gpu_cuda_data_dir"],
+               "xla_gpu_kernel_cache_file": calls[0]["xla_gpu_kernel_cache_file"]}
     assert calls == [options, {**options, "xla_gpu_enable_triton_gemm": False}] and triton is False and planned
+    assert emitted is False

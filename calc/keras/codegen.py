@@ -1,14 +1,21 @@
-"""The machine code a plan's compile skips: XLA's kernels are neither optimised by LLVM nor assembled.
+"""The machine code a plan's compile skips: XLA stops after it assigns the buffers.
 
 XLA's GPU compiler assigns every buffer of the step (what ``memory_analysis()`` reports) after its
-HLO passes, before it emits code; then it lowers each kernel to LLVM, optimises it into PTX and runs
-``ptxas`` on it, one process a kernel (250 for ResNet50's step). A plan never runs: the
-compile-only client keeps the machine code and loads it nowhere. So the plan's compile asks LLVM
-for no optimisation (``xla_backend_optimization_level`` 0: LLVM's pipeline only, after the buffers
-are assigned) and points XLA at a folder whose ``bin/ptxas`` answers XLA's version question with
-the real assembler and writes an empty file for each kernel; ``nvvm`` (libdevice, which the PTX
-needs) is the real one. The plan is the same to the byte (``benchmarks/xla_codegen.py`` compiles
-configurations both ways and compares every byte and what fills the peak).
+HLO passes, dumps the optimised module with that assignment (``--xla_dump_to``, which the plan's
+child sets for the peak's explanation), and only then emits the kernels: each lowered from MLIR to
+LLVM, compiled to PTX and assembled by ``ptxas`` (925 kernels for DenseNet121's step, most of its
+compile). A plan never runs. So where its compile dumps, the plan's compile names a kernel cache
+(``xla_gpu_kernel_cache_file``) that XLA reads between the dump and the first kernel and refuses,
+by a name in it no kernel can have (``STOP_MARK``): the compile fails there, and the plan's bytes
+are read from the dumped assignment as ``memory_analysis()`` computes them
+(``calc.xla.assignment.compiled_memory``).
+
+Should a compile get past that point anyway, what it emits is cheap: LLVM optimises nothing
+(``xla_backend_optimization_level`` 0, which acts after the buffers are assigned) and XLA's CUDA
+folder is one whose ``bin/ptxas`` answers XLA's version question with the real assembler and
+writes an empty file for each kernel (``nvvm``, the libdevice the PTX needs, is the real one).
+The plan is the same to the byte (``benchmarks/xla_codegen.py`` compiles configurations both ways
+and compares every byte and what fills the peak).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 # POSIX sh: XLA starts one for each kernel, so it must start in milliseconds (Python would not).
 _PTXAS = """#!/bin/sh
@@ -63,10 +71,42 @@ def unassembled_cuda_root() -> str | None:
     return str(folder)
 
 
-def compiler_options(full_codegen: bool = False) -> dict[str, str | int]:
-    """The plan's compile options: no LLVM optimisation and XLA's CUDA folder the one that assembles
-    nothing (where it can run), unless ``full_codegen`` (XLA's machine code as for running it)."""
-    if full_codegen:
+# The kernel name the stopping cache holds: XLA's name uniquer changes it (its spaces, the colon), so
+# XLA refuses the cache with an error that quotes it.
+STOP_MARK = "calc: a plan stops after XLA's buffer assignment"
+
+
+@functools.cache
+def stopping_cache() -> str:
+    """This process's kernel cache file that XLA refuses (removed when the process ends): a
+    ``CompilationCacheProto`` with one entry, named ``STOP_MARK``, and no kernel."""
+    key = STOP_MARK.encode()
+    entry = b"\x0a" + bytes([len(key)]) + key + b"\x12\x00"  # entries { key: STOP_MARK, value {} }
+    folder = Path(tempfile.mkdtemp(prefix="calc-stop-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "kernels.pb"
+    path.write_bytes(b"\x0a" + bytes([len(entry)]) + entry)
+    return str(path)
+
+
+def stopped(exc: BaseException) -> bool:
+    """Whether a compile failed where the stopping cache stops it (after the dumped assignment)."""
+    return STOP_MARK in str(exc)
+
+
+# How much of XLA's code generation a plan's compile runs: none (it stops before the first kernel,
+# where it dumps the assignment), the kernels unoptimised and unassembled, or all of it.
+Codegen = Literal["none", "unoptimised", "full"]
+CODEGEN: tuple[Codegen, ...] = ("none", "unoptimised", "full")
+
+
+def compiler_options(codegen: Codegen = "none") -> dict[str, str | int]:
+    """The plan's compile options: for ``"none"`` and ``"unoptimised"`` no LLVM optimisation and XLA's
+    CUDA folder the one that assembles nothing (where it can run), for ``"none"`` the kernel cache
+    that stops the compile before the first kernel too; none for ``"full"`` (XLA's machine code as
+    for running it)."""
+    if codegen == "full":
         return {}
     root = unassembled_cuda_root()
-    return {"xla_backend_optimization_level": 0, **({"xla_gpu_cuda_data_dir": root} if root else {})}
+    return {"xla_backend_optimization_level": 0, **({"xla_gpu_cuda_data_dir": root} if root else {}),
+            **({"xla_gpu_kernel_cache_file": stopping_cache()} if codegen == "none" else {})}

@@ -21,6 +21,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from calc.hub import HubModel, HubSpec
+from calc.keras.codegen import Codegen
 from calc.keras.plan import PlanModel, card_answers, fresh_session
 from calc.keras.plan import answer_as_the_card as plan_answers
 from calc.types import TrainingConfig, TrainMode
@@ -178,6 +179,6 @@ class HubPlanModel(PlanModel):
     def answer_as_the_card(self, target_config: str) -> None:
         answer_as_the_card(target_config)
 
-    def plan(self, batch: int, target_config: str, full_codegen: bool = False) -> dict[str, Any]:
-        return {**super().plan(batch, target_config, full_codegen), "trainable_params": self.trainable_params,
+    def plan(self, batch: int, target_config: str, codegen: Codegen = "none") -> dict[str, Any]:
+        return {**super().plan(batch, target_config, codegen), "trainable_params": self.trainable_params,
                 "params": self.params}

@@ -25,10 +25,11 @@ from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
-from calc.keras.codegen import compiler_options
+from calc.keras.codegen import Codegen, compiler_options, stopped
 from calc.keras.step import batch_shapes, compiled_training_model
 from calc.requests import config_to_dict, spec_to_dict
 from calc.types import TrainingConfig
+from calc.xla.assignment import CompiledMemory, compiled_memory, hlo_assignment
 
 
 def _static_remat_options() -> None:
@@ -207,14 +208,15 @@ class PlanModel:
                                      sharding=sharding),
                 jax.ShapeDtypeStruct((batch, *self._shape_y), "int32", sharding=sharding), None)
 
-    def plan(self, batch: int, target_config: str, full_codegen: bool = False) -> dict[str, Any]:
+    def plan(self, batch: int, target_config: str, codegen: Codegen = "none") -> dict[str, Any]:
         """XLA's memory analysis of the step at ``batch`` for the card ``target_config`` describes.
 
         JAX compiles for the CUDA target described by ``target_config`` (a
         ``stream_executor.GpuTargetConfigProto`` in text form) as a compile-only client
-        ("deviceless ahead-of-time compilation"), and the compiled program's
-        ``memory_analysis()`` gives the bytes XLA assigned. Its kernels are neither optimised nor
-        assembled (``calc.keras.codegen``) unless ``full_codegen``.
+        ("deviceless ahead-of-time compilation"). Where XLA dumps the compiled module
+        (``_dump_folder``) the compile stops once the buffers are assigned and the bytes are read
+        from the dumped assignment; elsewhere, or with another ``codegen`` (``calc.keras.codegen``),
+        the compiled program's ``memory_analysis()`` gives them.
         """
         import jax
         import keras
@@ -230,28 +232,25 @@ class PlanModel:
         lowered = self._step.lower(jax.tree.map(abstract, self._state), data)
         traced = time.perf_counter()
         gemm: dict[str, Any] = {}
-        options = compiler_options(full_codegen)
         try:
-            memory = lowered.compile(compiler_options=options).memory_analysis()
+            memory, emitted = _compiled_memory(lowered, {}, codegen)
         except Exception as exc:  # noqa: BLE001 - XLA's runtime error has no public class to catch
             if NO_GEMM_CONFIG not in str(exc):
                 raise
             # Without a device XLA takes each Triton GEMM fusion's default configuration, and for some
             # shapes it has none (Gemma 2 2B, 32 x 280 tokens, on an L4); on the card its autotuner
             # would fall back to cuBLAS for them. Compiled again with cuBLAS for every matrix product.
-            memory = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False}).memory_analysis()
+            memory, emitted = _compiled_memory(lowered, {"xla_gpu_enable_triton_gemm": False}, codegen)
             gemm = {"triton_gemm": False}
-        if memory is None:
-            raise RuntimeError("XLA gave no memory analysis of the compiled step")
         compiled = time.perf_counter()
         trainable, non_trainable, optimizer, metrics = self.group_bytes
         explained = self._explained()
         return {
-            "argument_bytes": int(memory.argument_size_in_bytes),
-            "output_bytes": int(memory.output_size_in_bytes),
-            "alias_bytes": int(memory.alias_size_in_bytes),
-            "temp_bytes": int(memory.temp_size_in_bytes),
-            "generated_code_bytes": int(memory.generated_code_size_in_bytes),
+            "argument_bytes": memory.argument_bytes,
+            "output_bytes": memory.output_bytes,
+            "alias_bytes": memory.alias_bytes,
+            "temp_bytes": memory.temp_bytes,
+            "kernels_emitted": emitted,
             "trainable_bytes": trainable,
             "non_trainable_bytes": non_trainable,
             "optimizer_bytes": optimizer,
@@ -296,6 +295,28 @@ def _dump_folder() -> Path | None:
     return Path(folder) if folder and f"--xla_dump_to={folder}" in os.environ.get("XLA_FLAGS", "") else None
 
 
+def _compiled_memory(lowered: Any, options: dict[str, Any], codegen: Codegen) -> tuple[CompiledMemory, bool]:
+    """The bytes XLA assigns the lowered step (and whether it emitted the kernels): read from the
+    assignment it dumps where the compile stops there (``codegen`` ``"none"``, where it dumps one),
+    else from the compiled program's ``memory_analysis()``."""
+    folder = _dump_folder() if codegen == "none" else None
+    if folder is None and codegen == "none":
+        codegen = "unoptimised"  # no dumped assignment to read: the compile runs to its end
+    try:
+        memory = lowered.compile(compiler_options={**compiler_options(codegen), **options}).memory_analysis()
+    except Exception as exc:  # noqa: BLE001 - XLA's runtime error has no public class to catch
+        if folder is None or not stopped(exc):
+            raise
+        dumps = sorted(folder.glob("*jit_train_step*gpu_after_optimizations.hlo.pb"), key=lambda f: f.stat().st_mtime)
+        if not dumps:
+            raise RuntimeError("XLA stopped after assigning the step's buffers but dumped no assignment") from exc
+        return compiled_memory(hlo_assignment(dumps[-1].read_bytes())), False
+    if memory is None:
+        raise RuntimeError("XLA gave no memory analysis of the compiled step")
+    return CompiledMemory(int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
+                          int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes)), True
+
+
 def _nbytes(values: Any) -> int:
     import jax
     import numpy as np
@@ -308,7 +329,7 @@ _WARM: dict[str, PlanModel] = {}  # the last model planned in this process, by i
 
 def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, target_config: str,
                     remat: str | None = None, family: str | None = None, build: Any = None,
-                    full_codegen: bool = False) -> dict[str, Any]:
+                    codegen: Codegen = "none") -> dict[str, Any]:
     """XLA's buffer plan of Keras's own train step for a GPU, compiled here without one.
 
     ``family`` names the configuration at any batch (a saved file's by its content, which a
@@ -317,8 +338,8 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
     would run convolutions on a device. The model is kept for the next request of the same
     configuration at another batch or card (its ``"warm"`` is then true); one model at a time,
     so that a worker holds one model's state. ``build`` makes the model (``PlanModel`` by default;
-    ``calc.keras.hub.HubPlanModel`` for a KerasHub model). ``full_codegen``: XLA optimises and
-    assembles the kernels too (``calc.keras.codegen``; the same plan, slower).
+    ``calc.keras.hub.HubPlanModel`` for a KerasHub model). ``codegen``: how much of XLA's code
+    generation the compile runs (``calc.keras.codegen``; the same plan, slower with more).
     """
     import gc
 
@@ -334,4 +355,4 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
         gc.collect()
         make: Any = build or PlanModel
         model = _WARM[family] = make(spec, config, remat)
-    return {**model.plan(config.per_replica_batch, target_config, full_codegen), "warm": warm}
+    return {**model.plan(config.per_replica_batch, target_config, codegen), "warm": warm}

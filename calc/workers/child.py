@@ -22,6 +22,7 @@ from typing import Any, Callable, TextIO
 
 from calc.hub import HubSpec
 from calc.keras.build import profile_catalogue_model, profile_model_file
+from calc.keras.codegen import CODEGEN
 from calc.keras.plan import plan_in_process
 from calc.keras.step import measure_in_process
 from calc.profile_json import profile_to_dict
@@ -62,9 +63,12 @@ def _plan(request: dict[str, Any]) -> dict[str, Any]:
         from calc.keras.hub import HubPlanModel  # keras_hub is imported for KerasHub models alone
 
         build = HubPlanModel
-    # "full_codegen": XLA optimises and assembles the kernels too (benchmarks/xla_codegen.py; the same plan).
+    # "codegen": how much of XLA's code generation the compile runs (benchmarks/xla_codegen.py; the same plan).
+    codegen = request.get("codegen", "none")
+    if codegen not in CODEGEN:
+        raise ValueError(f"unknown code generation {codegen!r} (one of {', '.join(CODEGEN)})")
     return plan_in_process(spec, config_from_dict(request["config"]), request["target_config"], request.get("remat"),
-                           family=family, build=build, full_codegen=request.get("full_codegen") is True)
+                           family=family, build=build, codegen=codegen)
 
 
 def _build(request: dict[str, Any]) -> dict[str, Any]:

@@ -87,12 +87,16 @@ class Allocation:
     is_thread_local: bool
     is_constant: bool
     buffers: tuple[int, ...]  # logical buffer ids placed in it
+    aliased_with_output: bool = False  # a parameter the program's output reuses (donated state)
+    color: int = 0  # the memory it lives in: 0 the device's, HOST_MEMORY_SPACE the host's
 
     @property
     def is_temporary(self) -> bool:
         """Preallocated scratch of the program: neither an argument, an output, a constant nor thread-local."""
         return not (self.is_parameter or self.maybe_live_out or self.is_constant or self.is_thread_local)
 
+
+HOST_MEMORY_SPACE = 5  # xla::Layout::kHostMemorySpace
 
 ALLOC, FREE, SHARE_WITH = 0, 1, 2
 
@@ -153,7 +157,8 @@ def _allocation(buf: bytes) -> Allocation:
     return Allocation(index=values.get(1, 0), size=values.get(2, 0), is_parameter=bool(values.get(5, 0)),
                       parameter_number=_signed(values.get(6, 0)), maybe_live_out=bool(values.get(7, 0)),
                       is_thread_local=bool(values.get(3, 0)), is_constant=bool(values.get(12, 0)),
-                      buffers=tuple(assigned))
+                      buffers=tuple(assigned), aliased_with_output=bool(values.get(13, 0)),
+                      color=values.get(8, 0))
 
 
 def _event(buf: bytes) -> Event:
@@ -274,6 +279,41 @@ def read_module(buf: bytes) -> dict[int, Instruction]:
                     instruction = _instruction(v)
                     out[instruction.id] = instruction
     return out
+
+
+@dataclass(frozen=True)
+class CompiledMemory:
+    """The device memory a compiled program is given, as ``memory_analysis()`` reports it."""
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int  # of the arguments, what the outputs reuse
+    temp_bytes: int
+
+
+def compiled_memory(assignment: BufferAssignment) -> CompiledMemory:
+    """What ``memory_analysis()`` of the compiled program reports, from its buffer assignment.
+
+    JAX's compile-only client answers it from the same ``BufferAssignmentProto``, each allocation
+    counted once (``CompiledMemoryStats::PopulateBufferStatsFromAllocations``, XLA's
+    ``xla/pjrt/compiled_memory_stats.cc``): an entry parameter's size as an argument (and as an
+    alias when the output reuses it), a possibly live-out allocation's as an output, a preallocated
+    temporary's as a temporary. Allocations in the host's memory are left out (none in a
+    training step's plan)."""
+    device = [a for a in assignment.allocations if a.color != HOST_MEMORY_SPACE]
+    return CompiledMemory(argument_bytes=sum(a.size for a in device if a.is_parameter),
+                          output_bytes=sum(a.size for a in device if a.maybe_live_out),
+                          alias_bytes=sum(a.size for a in device if a.is_parameter and a.aliased_with_output),
+                          temp_bytes=sum(a.size for a in device if a.is_temporary))
+
+
+def hlo_assignment(buf: bytes) -> BufferAssignment:
+    """The buffer assignment of an ``HloProto`` (what ``--xla_dump_hlo_as_proto`` writes after
+    optimizations), its module left unread."""
+    for number, value in fields(buf):
+        if number == 3 and isinstance(value, bytes):
+            return read_assignment(value)
+    raise ValueError("the dumped module carries no buffer assignment")
 
 
 def read_hlo_proto(buf: bytes) -> tuple[dict[int, Instruction], BufferAssignment]:

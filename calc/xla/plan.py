@@ -1,7 +1,8 @@
 """XLA's plan of one training step as data: its components in bytes, built from the child's answer.
 
-The plan's numbers come from XLA's own ``memory_analysis()`` of the compiled step
-(``calc.keras.plan.plan_in_process``, run in a child by ``calc.workers.plans``).
+The plan's numbers are XLA's own buffer assignment of the compiled step, counted as its
+``memory_analysis()`` counts them (``calc.keras.plan.plan_in_process``, run in a child by
+``calc.workers.plans``).
 """
 
 from __future__ import annotations
