@@ -14,7 +14,7 @@ Should a compile get past that point anyway, what it emits is cheap: LLVM optimi
 (``xla_backend_optimization_level`` 0, which acts after the buffers are assigned) and XLA's CUDA
 folder is one whose ``bin/ptxas`` answers XLA's version question with the real assembler and
 writes an empty file for each kernel (``nvvm``, the libdevice the PTX needs, is the real one).
-The plan is the same to the byte (``benchmarks/xla_codegen.py`` compiles configurations both ways
+The plan is the same to the byte (``benchmarks/xla_codegen.py`` compiles configurations each way
 and compares every byte and what fills the peak).
 """
 
