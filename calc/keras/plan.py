@@ -274,10 +274,10 @@ class PlanModel:
         if folder is None:
             return None
         try:
-            dumps = sorted(folder.glob("*jit_train_step*gpu_after_optimizations.hlo.pb"), key=lambda f: f.stat().st_mtime)
-            if not dumps:
+            dump = _latest_dump(folder)
+            if dump is None:
                 return None
-            return explain(dumps[-1].read_bytes(), optimizer=self.optimizer_scopes, state_layers=self.state_layers,
+            return explain(dump.read_bytes(), optimizer=self.optimizer_scopes, state_layers=self.state_layers,
                            leaf_layers=self.leaf_layers)
         except (OSError, ValueError) as exc:  # the plan stands without its explanation
             print(f"the compiled step's peak could not be read: {exc}", file=sys.stderr)
@@ -295,6 +295,12 @@ def _dump_folder() -> Path | None:
     return Path(folder) if folder and f"--xla_dump_to={folder}" in os.environ.get("XLA_FLAGS", "") else None
 
 
+def _latest_dump(folder: Path) -> Path | None:
+    """The optimised step XLA dumped last into ``folder``, with its buffer assignment, or None."""
+    dumps = sorted(folder.glob("*jit_train_step*gpu_after_optimizations.hlo.pb"), key=lambda f: f.stat().st_mtime)
+    return dumps[-1] if dumps else None
+
+
 def _compiled_memory(lowered: Any, options: dict[str, Any], codegen: Codegen) -> tuple[CompiledMemory, bool]:
     """The bytes XLA assigns the lowered step (and whether it emitted the kernels): read from the
     assignment it dumps where the compile stops there (``codegen`` ``"none"``, where it dumps one),
@@ -307,10 +313,10 @@ def _compiled_memory(lowered: Any, options: dict[str, Any], codegen: Codegen) ->
     except Exception as exc:  # noqa: BLE001 - XLA's runtime error has no public class to catch
         if folder is None or not stopped(exc):
             raise
-        dumps = sorted(folder.glob("*jit_train_step*gpu_after_optimizations.hlo.pb"), key=lambda f: f.stat().st_mtime)
-        if not dumps:
+        dump = _latest_dump(folder)
+        if dump is None:
             raise RuntimeError("XLA stopped after assigning the step's buffers but dumped no assignment") from exc
-        return compiled_memory(hlo_assignment(dumps[-1].read_bytes())), False
+        return compiled_memory(hlo_assignment(dump.read_bytes())), False
     if memory is None:
         raise RuntimeError("XLA gave no memory analysis of the compiled step")
     return CompiledMemory(int(memory.argument_size_in_bytes), int(memory.output_size_in_bytes),
