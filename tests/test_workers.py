@@ -237,12 +237,15 @@ def test_a_build_runs_under_what_the_pool_grants_and_waits_no_longer_than_its_li
     from calc.catalogue import make_spec
     from calc.workers.builds import BuildError, BuildWorker
 
-    w = BuildWorker(timeout_s=2)
+    # The child's start and its 600 MiB can take seconds on a busy machine: the memory limit
+    # must stop it long before its time limit does.
+    w = BuildWorker(timeout_s=25)
     w.command = (sys.executable, "-c", "import sys, time\nfor line in sys.stdin:\n"
-                 "    block = bytearray(600 << 20); time.sleep(30)")
+                 "    block = bytearray(600 << 20); time.sleep(60)")
     try:
         with pytest.raises(BuildError, match="memory budget of 0.2 GiB"):
             w.build(make_spec("MobileNetV2", 64))
+        w.timeout_s = 2  # how long a build waits for room in the pool
         assert small_pool.held_bytes == 0  # the stopped child's share is back
         other = small_pool.reserve(200 << 20, what="an upload's reader", wait_s=0)
         started = w.started

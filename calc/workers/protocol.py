@@ -139,8 +139,9 @@ class Child:
             if ended:
                 continue  # what it wrote last may be the reply
             peak_rss = max(peak_rss, resident_bytes(self.proc.pid))
-            failure = "time" if time.monotonic() > deadline else \
-                "memory" if max_rss_bytes is not None and peak_rss > max_rss_bytes else ""
+            # Past both limits at one look, the memory is the reason: the time ran out on it.
+            failure = "memory" if max_rss_bytes is not None and peak_rss > max_rss_bytes else \
+                "time" if time.monotonic() > deadline else ""
             if failure:
                 self.kill()
                 return Reply(failure=failure, peak_rss_bytes=peak_rss)
