@@ -243,7 +243,7 @@ def test_a_build_stopped_at_its_limit_is_answered_from_memory_not_rebuilt():
         for _ in range(3):
             with pytest.raises(BuildError, match="not tried again for 30 minutes"):
                 w.build(make_spec("VGG16", 320))
-        assert time.monotonic() - start < 0.5 and w.started == 1
+        assert time.monotonic() - start < 2 and w.started == 1  # no child, no wait
         with pytest.raises(BuildError, match="more than 1 s"):  # another size is tried
             w.build(make_spec("VGG16", 321))
         assert w.started == 2

@@ -307,8 +307,8 @@ def test_shutdown_stops_the_running_compile():
     wait_for(lambda: FakeWorker.calls == [8])
     started = time.monotonic()
     made.shutdown()
-    wait_for(lambda: made.pending() == 0, timeout_s=2)
-    assert time.monotonic() - started < 2 and made.compiled == 0
+    wait_for(lambda: made.pending() == 0, timeout_s=5)
+    assert time.monotonic() - started < 5 and made.compiled == 0  # not the compile's lease of 30 s
 
 
 @pytest.mark.parametrize("value, cores, expected", [("", 2, 1), ("", 16, 4), ("3", 2, 3), ("x", 8, 2), ("99", 2, 8)])
