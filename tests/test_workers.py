@@ -14,6 +14,7 @@ import pytest
 
 from calc.workers.child import JOBS, Job, main, serve
 from calc.workers.protocol import Child, answer_line, child_env, refusal_line, run_once
+from tests.tools import wait_for
 
 
 def test_the_child_answers_each_request_line_and_refuses_what_its_job_refuses():
@@ -152,7 +153,6 @@ def test_a_background_child_runs_lower_and_ends_when_its_parent_is_killed(tmp_pa
     import os
     import signal
     import subprocess
-    import time
 
     parent = tmp_path / "parent.py"
     parent.write_text(
@@ -170,9 +170,7 @@ def test_a_background_child_runs_lower_and_ends_when_its_parent_is_killed(tmp_pa
         assert nice == os.nice(0) + 7 and group == pid  # lower priority, its own process group
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"))
         assert not os.path.exists(f"/proc/{pid}")
     finally:
         proc.kill()
@@ -274,9 +272,7 @@ def test_a_compile_waiting_for_room_in_the_pool_can_be_cancelled(small_pool):
 
     thread = threading.Thread(target=compile_)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not worker.waiting_for_memory and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: worker.waiting_for_memory)
     assert worker.waiting_for_memory  # the page says so, not "Compiling"
     start = time.monotonic()
     assert worker.cancel()

@@ -18,6 +18,7 @@ from calc.workers.plans import PlanCancelled
 from calc.xla import cache
 from dashboard import xla_jobs
 from dashboard.xla_jobs import Kind, Scheduler, Setup, Want
+from tests.tools import wait_for
 
 GIB = 2**30
 
@@ -82,13 +83,6 @@ def scheduler():
 
 def setup(model="ResNet50", size=128, gpu="t4") -> Setup:
     return Setup.of(make_spec(model, size), TrainingConfig(batch_size=1), gpu)
-
-
-def wait_for(condition, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_the_plan_a_page_shows_goes_before_searches_asked_earlier(scheduler):

@@ -1,9 +1,10 @@
-"""Helpers of the tests: the repository's scripts in tools/ loaded as modules, and what a
-Markdown message shows."""
+"""Helpers of the tests: the repository's scripts in tools/ loaded as modules, what a
+Markdown message shows, and waiting for a condition another thread or process makes true."""
 
 import importlib.util
 import re
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -56,3 +57,11 @@ def xla_attention_temp(plan, batch, card):
     state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding), plan._state)
     return plan._step.lower(state, plan.batch(batch, sharding)).compile().memory_analysis().temp_size_in_bytes
 '''
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> None:
+    """Polls ``condition`` until it holds; fails the test past ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
