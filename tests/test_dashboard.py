@@ -15,7 +15,7 @@ from calc.profiles import get_profile
 from calc.types import TrainingConfig
 from dashboard.plain import plain
 from dashboard.state import Inputs
-from tests.tools import displayed, xla_margin
+from tests.tools import displayed, wait_for, xla_margin
 
 pytestmark = pytest.mark.server
 APP = "../app.py"
@@ -1026,11 +1026,7 @@ def compiles(monkeypatch):
 
 
 def _wait_idle(scheduler, timeout_s=60.0):
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while scheduler.pending() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not scheduler.pending(), timeout_s)
     assert not scheduler.pending()
 
 
@@ -1050,11 +1046,7 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compile
         assert not at.success and not at.error
     finally:
         gate.set()
-    import time
-
-    deadline = time.monotonic() + 30
-    while scheduler.compiled < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: scheduler.compiled >= 1, timeout_s=30)
     first = worker.calls[0]
     assert first["target"] == "t4" and first["remat"] is None and first["config"]["batch_size"] == 16
     at.run()

@@ -15,6 +15,7 @@ from calc import profiles
 from calc.catalogue import make_spec
 from calc.keras import build
 from tests.profiles import chain_profile
+from tests.tools import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -557,9 +558,7 @@ def test_a_server_stopped_while_it_compiles_leaves_no_process_of_its_own(tmp_pat
         children = asyncio.run(until_compiling())
         assert children, "no compile started"
         os.kill(server.pid, signum)
-        deadline = time.monotonic() + 15
-        while (server.poll() is None or _compile_children(server.pid)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: server.poll() is not None and not _compile_children(server.pid), timeout_s=15)
         assert server.poll() is not None and not _compile_children(server.pid)
     finally:
         with contextlib.suppress(ProcessLookupError):

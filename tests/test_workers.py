@@ -106,7 +106,6 @@ def test_the_disk_cache_keeps_the_most_recently_used_entries(tmp_path):
 
 def test_turns_are_first_come_first_served_and_a_leaver_lets_the_others_move_up():
     import threading
-    import time
 
     from dashboard.turns import TurnQueue
 
@@ -135,9 +134,8 @@ def test_turns_are_first_come_first_served_and_a_leaver_lets_the_others_move_up(
     for name, leave, queued in (("b", True, 1), ("c", False, 2), ("d", False, 3)):
         threads.append(threading.Thread(target=visitor, args=(name, None, leave)))
         threads[-1].start()
-        deadline = time.monotonic() + 5  # b, c and d queue in this order behind a (b leaves at once)
-        while (q.waiting() != queued or name not in places) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        # b, c and d queue in this order behind a (b leaves at once)
+        wait_for(lambda: q.waiting() == queued and name in places, timeout_s=5)
     release_first.set()
     for t in threads:
         t.join(5)
