@@ -24,7 +24,7 @@ from calc.types import TrainingConfig
 from calc.validation import GPU_TF_XLA_DATA, load_measurements
 from calc.workers import plans
 from calc.xla import cache
-from tests.tools import XLA_ATTENTION_TEMP
+from tests.tools import XLA_ATTENTION_TEMP, wait_for
 
 MIB = 2**20
 
@@ -183,8 +183,7 @@ def test_a_process_that_compiles_in_a_row_hands_the_machine_to_one_that_waits():
 
     row = threading.Thread(target=in_a_row)
     row.start()
-    while not order:
-        time.sleep(0.01)
+    wait_for(lambda: bool(order))
     xla.compute_plan(make_spec("MobileNetV2", 64), TrainingConfig(batch_size=99), "t4", runner=runner)
     row.join()
     assert order.index(99) <= 2  # right after the compile it waited for, or the one after
