@@ -3,7 +3,8 @@
     python benchmarks/xla_codegen.py [--only N]
 
 For each configuration below (five compute capabilities, both precisions, Adam and SGD, a frozen
-backbone, a KerasHub LoRA step), one warm compile worker compiles the plan three ways, in an order
+backbone, a KerasHub LoRA step), one warm compile worker of the engine (``calc.cluster``) compiles
+the plan three ways, in an order
 that turns with each configuration (``calc.keras.codegen``): as the dashboard does (XLA stops
 before its first kernel, the bytes read from the assignment it dumped), with the kernels emitted
 but neither optimised by LLVM nor assembled, and with XLA's full code generation. Prints each
@@ -23,7 +24,7 @@ from calc.catalogue import make_spec
 from calc.hub import HubSpec
 from calc.keras.codegen import CODEGEN
 from calc.types import Device, TrainingConfig
-from calc.workers.plans import PlanWorker
+from calc.cluster.engine import run_plan
 
 CASES = (  # (what, spec, config, card)
     ("ResNet50 224 b32 Adam float32", make_spec("ResNet50"), TrainingConfig(batch_size=32), "t4"),
@@ -42,7 +43,7 @@ CASES = (  # (what, spec, config, card)
 
 def _plan(answer: dict) -> dict:
     """Every byte of the memory analysis and what fills the peak: all that a plan keeps of its compile."""
-    return {k: v for k, v in answer.items() if (k.endswith("_bytes") and k != "worker_peak_rss_bytes") or k == "peak"}
+    return {k: v for k, v in answer.items() if (k.endswith("_bytes") and not k.startswith("worker_")) or k == "peak"}
 
 
 def main() -> int:
@@ -52,17 +53,14 @@ def main() -> int:
     totals = dict.fromkeys(CODEGEN, 0.0)
     differ = 0
     for i, (what, spec, config, gpu) in enumerate(CASES[:args.only]):
-        request, _ = xla.family_request(spec, replace(config, device=Device.GPU), gpu)
-        worker = PlanWorker()
+        request, key = xla.family_request(spec, replace(config, device=Device.GPU), gpu)
         try:
             answers = {}
             for codegen in CODEGEN[i % 3:] + CODEGEN[:i % 3]:
-                answers[codegen] = worker.compile({**request, "codegen": codegen}, timeout_s=1800)
+                answers[codegen] = run_plan({**request, "codegen": codegen}, f"{key}-{codegen}", timeout_s=1800)
         except xla.PlanError as exc:
             print(f"{what} on {gpu}: {exc}", flush=True)
             return 1
-        finally:
-            worker.close()
         same = (all(_plan(a) == _plan(answers["full"]) for a in answers.values()) and "peak" in answers["none"]
                 and answers["none"]["kernels_emitted"] is False)
         differ += not same

@@ -67,7 +67,7 @@ def _read_shipped(spec: ModelSpec) -> ModelProfile | None:
         return None
 
 
-def get_profile(spec: ModelSpec | ModelFile) -> ModelProfile:
+def get_profile(spec: ModelSpec | ModelFile, *, build: bool = True) -> ModelProfile:
     """The profile of a catalogue model: memory, shipped, disk cache, then one build.
 
     A ``ModelFile`` is read as an upload is (``calc.uploads.profile_upload``: checked,
@@ -77,6 +77,9 @@ def get_profile(spec: ModelSpec | ModelFile) -> ModelProfile:
     build (a lock per model), whether or not the disk cache can be written; builds of
     different models run one at a time. At most ``MEMORY_ENTRIES`` profiles are kept
     in memory, least recently used dropped first.
+
+    ``build``: False in a server, which never imports TensorFlow: a profile not known yet
+    (its build is asked of the work service, ``calc.service``) raises ``ValueError``.
     """
     if isinstance(spec, ModelFile):
         return _file_profile(spec)
@@ -90,11 +93,19 @@ def get_profile(spec: ModelSpec | ModelFile) -> ModelProfile:
         with _memory_guard:
             if key in _memory:  # the caller we waited for has built it
                 return _memory[key]
-        profile = _read_shipped(spec) or _read_or_build(spec)
+        profile = _read_shipped(spec) or _read_or_build(spec, build)
         with _memory_guard:
             _remember(key, profile)
             _key_locks.pop(key, None)  # later callers find the profile in _memory
     return profile
+
+
+def store_profile(spec: ModelSpec, profile: ModelProfile) -> None:
+    """Keeps a profile built elsewhere (a build worker of ``calc.cluster``), in memory and on disk, where
+    ``get_profile`` finds it."""
+    _write_cached(_cached_path(spec), profile)
+    with _memory_guard:
+        _remember(spec.key, profile)
 
 
 def needs_build(spec: ModelSpec) -> bool:
@@ -144,11 +155,14 @@ def _write_cached(path: Path, profile: ModelProfile) -> None:
     write_entry(path, json.dumps(profile_to_dict(profile)), DISK_ENTRIES)
 
 
-def _read_or_build(spec: ModelSpec) -> ModelProfile:
+def _read_or_build(spec: ModelSpec, build: bool = True) -> ModelProfile:
     path = _cached_path(spec)
     cached = _read_cached(path)
     if cached is not None:
         return cached
+    if not build:
+        raise ValueError(f"{spec.name} at {spec.height}x{spec.width} is not built on this server yet; reload the "
+                         "page to have it built")
     with _build_lock:
         profile = build_profile(spec)
         BUILDS[spec.key] += 1
@@ -156,19 +170,8 @@ def _read_or_build(spec: ModelSpec) -> ModelProfile:
     return profile
 
 
-_worker = None  # a calc.workers.builds.BuildWorker once a server asks for one
-
-
-def use_build_worker(worker) -> None:
-    """Sends this process's Keras builds to ``worker`` (a server), or back in-process (``None``)."""
-    global _worker
-    _worker = worker
-
-
 def build_profile(spec: ModelSpec) -> ModelProfile:
-    """One Keras build: in the build worker when one is set, else in this process (the CLI)."""
-    if _worker is not None:
-        return _worker.build(spec)
+    """One Keras build, in this process (the command line; a server asks its build workers, ``calc.service``)."""
     from calc.keras.build import profile_catalogue_model
 
     return profile_catalogue_model(spec)

@@ -7,18 +7,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from calc import profiles
 from calc.catalogue import ModelSpec, make_spec
 from calc.profiles import get_profile
 from calc.types import ModelProfile
 from calc.validation import CAVEAT_STEPS, CaveatRecord
 from calc.validation.data import HUB_GPU_DATA
-from calc.workers.builds import BuildWorker
 from dashboard.i18n import tr
 
-# The server never imports TensorFlow: Keras builds happen in one child process that
-# is replaced when it grows and exits when idle (calc/workers/builds.py says why).
-profiles.use_build_worker(BuildWorker())
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -26,9 +21,10 @@ def load_profile(spec: ModelSpec) -> ModelProfile:
     """A catalogue model's ledger; the first call for a model builds it once.
 
     A profile is an immutable frozen dataclass, so one shared object serves every
-    session (no copy per rerun) and the engine's plan cache hits on it at once.
+    session (no copy per rerun) and the engine's plan cache hits on it at once. The server never
+    builds one itself (it never imports TensorFlow): its build workers do (``calc.service``).
     """
-    return get_profile(spec)
+    return get_profile(spec, build=False)
 
 
 def spec_for(model: str, image_size: int, frozen: bool) -> ModelSpec:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.catalogue import ModelSpec
 from calc.estimate import plan_step
 from calc.profiles import needs_build
 from calc.types import ModelProfile
@@ -11,21 +12,28 @@ from dashboard import views
 from dashboard.i18n import tr
 from dashboard.loaders import load_profile, spec_for
 from dashboard.plain import plain
-from dashboard.turns import BUILDS, READS
+from dashboard.turns import READS
 from dashboard.state import Inputs
 from dashboard.widgets import sidebar_inputs
 
 
-def inputs_and_profile(inputs: Inputs | None = None) -> tuple[Inputs, ModelProfile]:
+def inputs_and_profile(inputs: Inputs | None = None, *, wait: bool = True) -> tuple[Inputs, ModelProfile | None]:
     """The sidebar's inputs (``inputs`` where the page read them already) and the model's profile. A
-    KerasHub model has none: its answer is XLA's plan, on the Estimator (``dashboard.xla_step.hub_view``)."""
+    KerasHub model has none: its answer is XLA's plan, on the Estimator (``dashboard.xla_step.hub_view``).
+
+    A catalogue model at a size nobody has built yet is built in the background (``calc.service``):
+    with ``wait`` the page says where its build stands and ends there (it reruns when the build is done);
+    without, the profile is None and the page goes on with what it knows (``build_spec`` names the build).
+    """
     inputs = inputs or sidebar_inputs()
     if inputs.source == "hub":
         st.info(tr("A KerasHub model is answered by XLA's plan on the Estimator page. This page covers Keras "
                    "applications and your own models: choose one under \"Model from\"."))
         st.stop()
     readers = {"upload": _uploaded_profile, "summary": _summary_profile}
-    profile = readers[inputs.source]() if inputs.source in readers else _catalogue_profile(inputs)
+    profile = readers[inputs.source]() if inputs.source in readers else _catalogue_profile(inputs, wait)
+    if profile is None:
+        return inputs, None
     try:
         plan_step(profile, views.config_of(inputs))  # a configuration the model cannot take fails here, once
     except ValueError as exc:
@@ -34,27 +42,38 @@ def inputs_and_profile(inputs: Inputs | None = None) -> tuple[Inputs, ModelProfi
     return inputs, profile
 
 
-def _catalogue_profile(inputs: Inputs) -> ModelProfile:
+def build_spec(inputs: Inputs) -> ModelSpec | None:
+    """The catalogue model the inputs name, where its ledger at this size is not known yet; else None."""
+    if inputs.source != "catalogue":
+        return None
+    spec = spec_for(inputs.model, inputs.image_size, inputs.train_mode == "frozen_backbone")
+    return spec if needs_build(spec) else None
+
+
+def _catalogue_profile(inputs: Inputs, wait: bool) -> ModelProfile | None:
     try:
-        return catalogue_profile(inputs.model, inputs)
+        profile = catalogue_profile(inputs.model, inputs)
     except ValueError as exc:
         st.error(plain(exc))
         st.stop()
         raise  # st.stop() ends the script; this line only tells type checkers
+    if profile is None and wait:
+        from dashboard.xla_step import XlaState, asked, waits
+        from calc.service import Want
+
+        spec = build_spec(inputs)
+        assert spec is not None
+        waits(asked(XlaState(), [Want.build(spec)]), tr(
+            "{model} is built at {height}x{width} once (weights=None) for its layer ledger: this page shows it "
+            "when that is done.", model=spec.name, height=spec.height, width=spec.width))
+    return profile
 
 
-def catalogue_profile(model: str, inputs: Inputs) -> ModelProfile:
-    """A catalogue model's profile at the sidebar's size; a build waits for its turn among every
-    visitor's builds (``dashboard.turns.BUILDS``), saying so. Raises ``ValueError`` (one line)."""
+def catalogue_profile(model: str, inputs: Inputs) -> ModelProfile | None:
+    """A catalogue model's profile at the sidebar's size, or None while nobody has built it at this size
+    (a page asks for its build: ``build_spec``). Raises ``ValueError`` (one line)."""
     spec = spec_for(model, inputs.image_size, inputs.train_mode == "frozen_backbone")
-    if not needs_build(spec):
-        return load_profile(spec)
-    waiting = st.empty()
-    with BUILDS.turn(lambda ahead: waiting.info(_builds_ahead(ahead))):
-        waiting.empty()
-        with st.spinner(tr("Building {model} at {height}x{width} once (weights=None)…", model=spec.name,
-                           height=spec.height, width=spec.width)):
-            return load_profile(spec)
+    return None if needs_build(spec) else load_profile(spec)
 
 
 def _uploaded_profile() -> ModelProfile:
@@ -126,13 +145,6 @@ def _release_upload(file_id: str) -> None:
     ctx = get_script_run_ctx()
     if ctx is not None:
         ctx.uploaded_file_mgr.remove_file(ctx.session_id, file_id)
-
-
-def _builds_ahead(ahead: int) -> str:
-    if ahead > 1:
-        return tr("{ahead} other models are being built on this server first (a few seconds each); yours is next "
-                  "after them.", ahead=ahead)
-    return tr("{ahead} other model is being built on this server first (a few seconds); yours is next.", ahead=ahead)
 
 
 def _uploads_ahead(ahead: int) -> str:

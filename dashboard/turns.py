@@ -1,6 +1,6 @@
-"""One costly request at a time server-wide, first come first served, each visitor told
-their place: reading an uploaded model (a child process of up to 4 GiB and 180 s), building
-a catalogue model at a new size (the build worker, one build at a time).
+"""One upload read at a time server-wide, first come first served, each visitor told their
+place: reading an uploaded model is a child process of up to 4 GiB and 180 s (builds and
+compiles run on the engine's workers instead: ``calc.service``).
 
 A session whose script is stopped while it waits (its visitor left, or changed a widget)
 leaves the queue, so the sessions behind it move up.
@@ -53,4 +53,3 @@ class TurnQueue:
 
 
 READS = TurnQueue()  # uploaded files, read one at a time
-BUILDS = TurnQueue()  # catalogue models at a size nobody has built yet (calc.profiles.needs_build)

@@ -98,9 +98,10 @@ def estimate_view(profile: ModelProfile, inputs: Inputs, gpu: GpuPreset) -> Esti
     )
 
 
-def hub_estimate_view(inputs: Inputs, gpu: GpuPreset) -> EstimateView:
-    """What a KerasHub model's page has beside XLA's plan: the card, its overhead and margin, the batches
-    the curve may draw; no walk (its breakdown is empty, its largest batch 0: XLA's answers alone)."""
+def card_view(inputs: Inputs, gpu: GpuPreset) -> EstimateView:
+    """What a page has beside XLA's plan where no walk is: the card, its overhead and margin, the batches
+    the curve may draw; no walk (its breakdown is empty, its largest batch 0: XLA's answers alone). A
+    KerasHub model's page, and a catalogue model's while its ledger at this size is built."""
     top = max(CURVE_MAX, 2 * inputs.batch_size)
     usable = int(gpu.memory_bytes * (1 - inputs.margin / 100))
     return EstimateView(breakdown=MemoryBreakdown(0, 0, 0, 0, 0, 0, 0), overhead_bytes=gpu.overhead_bytes,

@@ -1,13 +1,14 @@
-"""The XLA step on a page: the plans known for the inputs, what to compile next, and its progress.
+"""The long work on a page: the plans known for the inputs, what to build or compile next, and its progress.
 
-Nothing here waits for a compile. A page reads what is known (``xla_answer_for``), tells the
-server's scheduler what it still wants (``dashboard.xla_jobs``), and draws a fragment that
-repeats that every second (which keeps the wants alive) and reruns the page when one of
-this configuration's compiles ends.
+Nothing here waits for a build or a compile. A page reads what is known (``xla_answer_for``), tells
+the server's work service what it still wants (``calc.service``: the model's ledger at a new size,
+XLA's plans), and draws a fragment that repeats that every second (which keeps the wants alive)
+and reruns the page when one of them ends.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field, replace
 
@@ -15,17 +16,18 @@ import pandas as pd
 import streamlit as st
 
 from calc import xla
+from calc.catalogue import ModelSpec
 from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
 from calc.xla import XlaPlan, plan_budget
-from dashboard import charts, figures, lesson, views, xla_jobs
+from calc.service import COMPILES_ENV, Kind, Progress, Setup, Want, compiles_enabled, service
+from dashboard import charts, figures, lesson, views
 from dashboard.hub_compare import compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
 from dashboard.state import HUB_MODELS, MAX_COMPARED, Inputs
 from dashboard.widgets import remember
-from dashboard.xla_jobs import Kind, Progress, Setup, Want
 from dashboard.plain import plain
 from dashboard.xla_view import (CompareCell, XlaAnswer, hub_line, sequence_line, sequence_view, shown_pending, shown_xla,
                                 xla_answer)
@@ -38,10 +40,10 @@ class XlaState:
     answer: XlaAnswer | None = None  # None where XLA's plan does not apply or cannot be made here
     base_plan: XlaPlan | None = None  # the same step without remat (remat chosen only)
     notes: list[tuple[str, str]] = field(default_factory=list)  # ("info" | "warning" | "caption", one line)
-    wants: tuple[Want, ...] = ()
+    wants: tuple[Want, ...] = ()  # the model's build, and XLA's plans
     progress: dict[Want, Progress] = field(default_factory=dict)
     setup: Setup | None = None
-    version: int = 0  # the scheduler's count of this setup's finished compiles when the page read it
+    versions: tuple[tuple[Setup | ModelSpec, int], ...] = ()  # the service's count of each want's ended tasks
     known: dict[Setup, xla.KnownPlans] = field(default_factory=dict)  # the plans read for this page, by setup
 
     def known_of(self, setup: Setup) -> xla.KnownPlans:
@@ -54,25 +56,49 @@ class XlaState:
         if self.answer is None:
             return views.shown_walk(view, inputs)
         if self.answer.plan is None:
-            return shown_pending(view, inputs, self.answer, xla_jobs.compiles_enabled())
+            return shown_pending(view, inputs, self.answer, compiles_enabled())
         return shown_xla(view, inputs, self.answer, None if self.base_plan is None else self.base_plan.peak_bytes,
-                         xla_jobs.compiles_enabled())
+                         compiles_enabled())
 
 
 def session_id() -> str:
-    return st.session_state.setdefault(SESSION_KEY, uuid.uuid4().hex)
+    """The visitor's Streamlit session, as the work service knows it: its wants go when the tab closes."""
+    return st.session_state.setdefault(SESSION_KEY, _streamlit_session() or uuid.uuid4().hex)
 
 
-LOOPBACK = ("127.0.0.1", "::1", "")
+def _streamlit_session() -> str:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else ""
+
+
+def _connected(session: str) -> bool:
+    """Whether a session's tab is still connected (always, where no Streamlit server runs: a test, a script)."""
+    from streamlit.runtime import Runtime
+
+    return not Runtime.exists() or Runtime.instance().is_active_session(session)
+
+
+service().watch_sessions(_connected)
+
+
+PROXY_ENV = "CALC_TRUSTED_PROXY"  # the proxy's address(es), comma-separated, whose X-Forwarded-For is believed
+
+
+def trusted_proxies() -> frozenset[str]:
+    """The addresses ``CALC_TRUSTED_PROXY`` names (none by default: no header is believed)."""
+    return frozenset(a.strip() for a in os.environ.get(PROXY_ENV, "").split(",") if a.strip())
 
 
 def client_address() -> str:
-    """The visitor's address, for the compile queue's share per client: Streamlit's peer, or, when
-    that is the proxy on this host, the address the proxy appended to ``X-Forwarded-For`` (its last
-    entry: the earlier ones are whatever the visitor sent)."""
+    """The visitor's address, for the work service's places per client: Streamlit's peer, or, when that
+    peer is the proxy named in ``CALC_TRUSTED_PROXY``, the address the proxy appended to
+    ``X-Forwarded-For`` (its last entry: the earlier ones are whatever the visitor sent). From any other
+    peer the header is ignored: a local user cannot take fresh addresses past the share of one."""
     try:
         peer = st.context.ip_address or ""
-        forwarded = st.context.headers.get("X-Forwarded-For", "") if peer in LOOPBACK else ""
+        forwarded = st.context.headers.get("X-Forwarded-For", "") if peer and peer in trusted_proxies() else ""
     except Exception:  # noqa: BLE001 - no request context (AppTest, a script): one shared client
         return ""
     return forwarded.split(",")[-1].strip()[:64] or peer
@@ -132,62 +158,69 @@ def curve_wants(setup: Setup, answer: XlaAnswer, start: int) -> list[Want]:
     (from one-device batch ``start`` when no plan is known) until compiled plans settle it."""
     wants = []
     if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
-        wants.append(Want(setup, Kind.ANCHOR))
+        wants.append(Want.of(setup, Kind.ANCHOR))
     if answer.max_batch is None or not answer.max_batch.settled:
-        wants.append(Want(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=start))
+        wants.append(Want.of(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=start))
     return wants
 
 
-def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset) -> XlaState:
-    """The plans known for these inputs; what is missing is asked of the scheduler (compiles on) or named (off)."""
+def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset, build: ModelSpec | None = None) -> XlaState:
+    """The plans known for these inputs; what is missing is asked of the work service (compiles on) or named
+    (off). ``build``: the model at a size whose ledger nobody has built yet, asked for too."""
     state = XlaState()
+    builds = [Want.build(build)] if build is not None else []
     reason = not_applicable(inputs)
     if reason is not None:
         if reason:
             state.notes.append(("info", reason))
-        return state
+        return asked(state, builds)
     setup = state.setup = setup_of(inputs)
     per_device = views.config_of(inputs).per_replica_batch
     state.answer = answer = xla_answer(setup.known(), per_device, budget_of(setup, gpu, inputs))
     wants = []
     if answer.plan is None:
-        wants.append(Want(setup, Kind.PLAN, batch=per_device))
+        wants.append(Want.of(setup, Kind.PLAN, batch=per_device))
     elif not answer.plan.compiled:
-        wants.append(Want(setup, Kind.REFINE, batch=per_device))
+        wants.append(Want.of(setup, Kind.REFINE, batch=per_device))
     elif answer.plan.explained is None:
-        wants.append(Want(setup, Kind.EXPLAIN, batch=per_device))
+        wants.append(Want.of(setup, Kind.EXPLAIN, batch=per_device))
     wants += curve_wants(setup, answer, start=max(1, (view.max_batch or inputs.batch_size) // inputs.num_gpus))
     if isinstance(setup.spec, HubSpec) and setup.spec.model.text and answer.plan is not None:
-        wants.append(Want(setup, Kind.SEQUENCE, batch=per_device, budget_bytes=answer.budget.plan_bytes))
+        wants.append(Want.of(setup, Kind.SEQUENCE, batch=per_device, budget_bytes=answer.budget.plan_bytes))
     if setup.remat:
         base = setup_of(inputs, remat="")
         state.base_plan = base.known().plans.get(per_device)
         if state.base_plan is None:
-            wants.append(Want(base, Kind.REFINE, batch=per_device))
+            wants.append(Want.of(base, Kind.REFINE, batch=per_device))
     state.known[setup] = answer.known
     wants = [w for w in wants if w.next_task(state.known_of) is not None
-             and (w.kind is not Kind.EXPLAIN or xla_jobs.compiles_enabled())]  # nothing to say of a missing extra
-    state.wants = tuple(wants)
-    if not wants:
-        xla_jobs.scheduler().ask(session_id(), [])
-        return state
-    if not xla_jobs.compiles_enabled():
+             and (w.kind is not Kind.EXPLAIN or compiles_enabled())]  # nothing to say of a missing extra
+    if wants and not compiles_enabled():
         state.notes.append(("info", tr("XLA compiles are off on this server ({env}=off): this shows the plans "
                                        "shipped or already compiled, and the graph-executor walk where none is.",
-                                       env=xla_jobs.COMPILES_ENV) if inputs.source != "hub" else
+                                       env=COMPILES_ENV) if inputs.source != "hub" else
                             tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the "
-                               "plans already compiled here.", env=xla_jobs.COMPILES_ENV)))
-        state.wants = ()
-        return state
-    state.progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address())
-    state.version = xla_jobs.scheduler().version(setup)
+                               "plans already compiled here.", env=COMPILES_ENV)))
+        wants = []
+    return asked(state, builds + wants)
+
+
+def asked(state: XlaState, wants: list[Want]) -> XlaState:
+    """``state`` once the work service has been told what this page wants (nothing: it wants nothing any
+    more), with where each want stands and a note for each that failed."""
+    state.wants = tuple(wants)
+    work = service()
+    state.progress = work.ask(session_id(), state.wants, client=client_address())
+    state.versions = tuple((what, work.version(what)) for what in dict.fromkeys(w.what for w in state.wants))
     for want, progress in state.progress.items():
         if progress.state == "failed":
-            state.notes.append(_failure_note(want, progress.message, want.setup != setup))
+            state.notes.append(_failure_note(want, progress.message, want.setup != state.setup))
     return state
 
 
 def _failure_note(want: Want, error: str, base: bool) -> tuple[str, str]:
+    if want.kind is Kind.BUILD:
+        return "warning", tr("Building the model at this size failed: {error}", error=error)
     if base:
         return "info", tr("No XLA plan without remat ({error}), so remat's saving is not shown.", error=error)
     if want.kind is Kind.SEARCH:
@@ -205,24 +238,22 @@ def _failure_note(want: Want, error: str, base: bool) -> tuple[str, str]:
 
 
 def show_xla_notes(state: XlaState) -> None:
-    """The one-line notes, and the progress of the compiles the page waits for."""
+    """The one-line notes, and the progress of the builds and compiles the page waits for."""
     for level, text in state.notes:
         {"info": st.info, "warning": st.warning}.get(level, st.caption)(text)
-    if state.wants and state.setup is not None:
-        _progress(state.wants, state.setup, state.version, session_id(), language())
+    if state.wants:
+        _progress(state.wants, state.setup, state.versions, session_id(), language())
 
 
-def progress_text(want: Want, progress: Progress, base: bool = False) -> str | None:
-    """One line on where a want stands (``base``: the same step without remat); None when there is nothing to say."""
-    if progress.state in ("done", "failed", "off"):
-        return None
-    if progress.state == "refused":
-        reason = tr("this address has {count} configurations waiting for compiles; this one waits for one of them",
-                    count=progress.count) if progress.held_by == "client" else tr(
-            "the server's compile queue is full ({count} configurations waiting); this one waits for a place",
-            count=progress.count)
-        return tr("Waiting: {reason}.", reason=reason)
-    what = tr("the plan without remat at batch {batch}, to show remat's saving", batch=progress.batch) if base else {
+def _what(want: Want, progress: Progress, base: bool) -> str:
+    """What a want's task makes, as the progress line names it."""
+    if want.kind is Kind.BUILD:
+        assert want.spec is not None
+        return tr("{model} at {height}x{width}, built once (weights=None) for its layer ledger", model=want.spec.name,
+                  height=want.spec.height, width=want.spec.width)
+    if base:
+        return tr("the plan without remat at batch {batch}, to show remat's saving", batch=progress.batch)
+    return {
         Kind.PLAN: tr("XLA's plan at batch {batch}", batch=progress.batch),
         Kind.ANCHOR: tr("a second plan (batch {batch}) to draw the curve's line", batch=progress.batch),
         Kind.SEARCH: tr("the largest batch: compile {step} of about {steps} (batch {batch})", step=progress.step,
@@ -232,38 +263,65 @@ def progress_text(want: Want, progress: Progress, base: bool = False) -> str | N
         Kind.SEQUENCE: tr("the longest sequence: compile {step} ({tokens:,} tokens at batch {batch})",
                           step=progress.step, tokens=progress.tokens, batch=progress.batch),
     }[want.kind]
-    if progress.state == "running" and progress.held_by == "memory":
-        return tr("Waiting for memory: {what}; the server's memory for background work is in use by other "
-                  "visitors' work.", what=what)
+
+
+def progress_text(want: Want, progress: Progress, base: bool = False) -> str | None:
+    """One line on where a want stands (``base``: the same step without remat); None when there is nothing to say."""
+    if progress.state in ("done", "failed", "off"):
+        return None
+    if progress.state == "refused":
+        reason = tr("this address has {count} configurations waiting; this one waits for one of them",
+                    count=progress.count) if progress.held_by == "client" else tr(
+            "the server's queue is full ({count} configurations waiting); this one waits for a place",
+            count=progress.count)
+        return tr("Waiting: {reason}.", reason=reason)
+    what = _what(want, progress, base)
+    building = want.kind is Kind.BUILD
+    if progress.state == "running" and progress.eta_s > 0:
+        return (tr("Building {what}: {seconds:.0f} s so far, about {left:.0f} s left.", what=what,
+                   seconds=progress.seconds, left=progress.eta_s) if building else
+                tr("Compiling {what}: {seconds:.0f} s so far, about {left:.0f} s left.", what=what,
+                   seconds=progress.seconds, left=progress.eta_s))
     if progress.state == "running":
-        return tr("Compiling {what}: {seconds:.0f} s so far, about {left:.0f} s left.", what=what,
-                  seconds=progress.seconds, left=progress.eta_s)
-    if progress.held_by == "yielded":
-        return tr("Paused: {what}. It compiled for more than {limit:.0f} s while other visitors' compiles waited, "
-                  "so it gave way; it runs again when none waits.", what=what, limit=progress.limit_s)
-    if progress.ahead == 1:
-        return tr("Queued: {what}; 1 compile ahead, about {wait:.0f} s.", what=what, wait=progress.eta_s)
-    return tr("Queued: {what}; {ahead} compiles ahead, about {wait:.0f} s.", what=what, ahead=progress.ahead,
-              wait=progress.eta_s)
+        return (tr("Building {what}: {seconds:.0f} s so far, longer than the {usual:.0f} s such a build takes here.",
+                   what=what, seconds=progress.seconds, usual=progress.usual_s) if building else
+                tr("Compiling {what}: {seconds:.0f} s so far, longer than the {usual:.0f} s such a compile takes "
+                   "here.", what=what, seconds=progress.seconds, usual=progress.usual_s))
+    if building:
+        return tr("Queued: {what}; {ahead} builds ahead, done in about {wait:.0f} s.", what=what,
+                  ahead=progress.ahead, wait=progress.eta_s)
+    return tr("Queued: {what}; {ahead} compiles ahead, done in about {wait:.0f} s.", what=what,
+              ahead=progress.ahead, wait=progress.eta_s)
 
 
 @st.fragment(run_every=1.0)
-def _progress(wants: tuple[Want, ...], setup: Setup, version: int, session: str, lang: str = "en") -> None:
+def _progress(wants: tuple[Want, ...], setup: Setup | None, versions: tuple[tuple[Setup | ModelSpec, int], ...],
+              session: str, lang: str = "en") -> None:
     set_language(lang)  # a fragment's rerun runs without app.py, maybe in a fresh thread
-    scheduler = xla_jobs.scheduler()
-    progress = scheduler.ask(session, wants)  # keeps the wants alive while the visitor is here
-    if scheduler.version(setup) != version or any(p.state == "done" for p in progress.values()):
-        st.rerun()  # the whole page, which now finds the new plan
+    work = service()
+    progress = work.ask(session, wants)  # keeps the wants alive while the visitor is here
+    if any(work.version(what) != v for what, v in versions) or any(p.state == "done" for p in progress.values()):
+        st.rerun()  # the whole page, which now finds the new ledger or plan
     shown = set()
     for want in wants:  # two wants may wait for one compile (a search's first step is the curve's second plan)
-        task = (want.setup, progress[want].batch)
-        if task not in shown and (text := progress_text(want, progress[want], want.setup != setup)) is not None:
+        task = (want.what, progress[want].batch)
+        base = want.kind is not Kind.BUILD and want.setup != setup
+        if task not in shown and (text := progress_text(want, progress[want], base)) is not None:
             shown.add(task)
             st.caption(text)
 
 
+def waits(state: XlaState, text: str) -> None:
+    """Until a page has a first number to show (a KerasHub model's first plan; a model at a new size, its
+    ledger or its plan), why, and where its build or compile stands; the page ends here."""
+    if state.wants:
+        st.info(text)
+    show_xla_notes(state)
+    st.stop()
+
+
 def hub_view(inputs: Inputs, gpu: GpuPreset) -> views.EstimateView:
-    """A KerasHub model's setup line and the card's view (``views.hub_estimate_view``); one line and the end
+    """A KerasHub model's setup line and the card's view (``views.card_view``); one line and the end
     of the page for a setup the model cannot take."""
     try:
         spec = hub_spec_of(inputs)
@@ -271,7 +329,7 @@ def hub_view(inputs: Inputs, gpu: GpuPreset) -> views.EstimateView:
         st.error(plain(exc))
         st.stop()
     st.caption(hub_line(spec, inputs))
-    return views.hub_estimate_view(inputs, gpu)
+    return views.card_view(inputs, gpu)
 
 
 def hub_sequence(state: XlaState, inputs: Inputs) -> None:
@@ -337,13 +395,20 @@ def teach_hub(inputs: Inputs, gpu: GpuPreset) -> None:
 
 
 def hub_waits(state: XlaState) -> None:
-    """Until a KerasHub model's first plan is known, there is no number to show (no walk stands in):
-    why, and the compile's progress; the page ends here."""
-    if state.wants:
-        st.info(tr("XLA compiles this step's plan for the card (a KerasHub model takes 20 to 60 s): the numbers "
-                   "appear here when it is done."))
-    show_xla_notes(state)
-    st.stop()
+    """Until a KerasHub model's first plan is known, there is no number to show (no walk stands in)."""
+    waits(state, tr("XLA compiles this step's plan for the card: the numbers appear here when it is done."))
+
+
+def model_waits(state: XlaState, inputs: Inputs) -> None:
+    """Until a model at a size nobody has built yet has its ledger or XLA's plan, there is no number to show."""
+    if state.answer is not None:
+        text = tr("{model} at {size}x{size} is new to this server: its layer ledger is built and XLA compiles its "
+                  "plan for the card in the background, and the numbers appear here as each is done.",
+                  model=inputs.model, size=inputs.image_size)
+    else:
+        text = tr("{model} at {size}x{size} is new to this server: its layer ledger is built in the background, and "
+                  "the numbers appear here when it is done.", model=inputs.model, size=inputs.image_size)
+    waits(state, text)
 
 
 def compare_hubs(inputs: Inputs) -> None:
@@ -386,15 +451,15 @@ def compare_hubs(inputs: Inputs) -> None:
             continue
         setups.update({(preset, g.key): Setup.of(spec, views.config_of(there), g.key) for g in gpus})
     cells, wants = compare_cells(setups, errors, inputs)
-    if wants and not xla_jobs.compiles_enabled():
+    if any(cell.state == "off" for cell in cells.values()):
         st.info(tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
-                   "compiled here.", env=xla_jobs.COMPILES_ENV))
+                   "compiled here.", env=COMPILES_ENV))
     largest, peaks = hub_compare_tables(presets, specs, gpus, cells, inputs)
     st.subheader(tr("Largest batch that fits"))
     st.dataframe(pd.DataFrame(largest), hide_index=True)
     st.subheader(tr("Peak at batch {batch} ({unit})", batch=inputs.batch_size, unit=inputs.unit))
     st.dataframe(pd.DataFrame(peaks), hide_index=True)
-    show_compare_progress(cells, wants, setups)
+    show_compare_progress(cells, wants)
     st.download_button(tr("Table as CSV"), pd.DataFrame(largest).to_csv(index=False), "compare.csv", "text/csv",
                        key="dl_compare_csv")
     series = hub_compare_series(cells, gpus, inputs)
@@ -413,58 +478,68 @@ def compare_setups(models: list[str], gpu_keys: list[str], inputs: Inputs) -> di
             for name in models for key in gpu_keys}
 
 
-def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, str], str],
-                  inputs: Inputs) -> tuple[dict[tuple[str, str], CompareCell], tuple[Want, ...]]:
+def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, str], str], inputs: Inputs,
+                  builds: tuple[ModelSpec, ...] = ()) -> tuple[dict[tuple[str, str], CompareCell], tuple[Want, ...]]:
     """The Compare page's cells, (model, GPU key) -> XLA's answer from the known plans and where its compiles
-    stand, and what the page wants compiled in the background: each cell's plan at the batch, the curve's
-    second plan and the largest batch's search (the scheduler runs every first plan before any search).
-    ``errors``: the cells whose setup the model cannot take, with why."""
-    compiling = xla_jobs.compiles_enabled()
+    stand, and what the page wants in the background: the ledgers of ``builds`` (models at a size nobody has
+    built yet), each cell's plan at the batch, the curve's second plan and the largest batch's search (every
+    first number goes before any search). ``errors``: the cells whose setup the model cannot take, with why."""
+    compiling = compiles_enabled()
     batch = views.config_of(inputs).per_replica_batch
-    answers, wants = {}, []
+    answers, plans = {}, []
     for key, setup in setups.items():
         answer = answers[key] = xla_answer(setup.known(), batch, budget_of(setup, GPU_PRESETS[key[1]], inputs))
         if answer.plan is None:
-            wants.append(Want(setup, Kind.PLAN, batch=batch))
-        wants += curve_wants(setup, answer, start=batch)
+            plans.append(Want.of(setup, Kind.PLAN, batch=batch))
+        plans += curve_wants(setup, answer, start=batch)
     known = {setup: answers[key].known for key, setup in setups.items()}  # read once, above
-    wants = [w for w in wants if w.next_task(known.__getitem__) is not None]
-    progress = xla_jobs.scheduler().ask(session_id(), wants, client=client_address()) if compiling and wants else {}
+    plans = [w for w in plans if w.next_task(known.__getitem__) is not None]
+    wants = [Want.build(spec) for spec in builds] + (plans if compiling else [])
+    progress = service().ask(session_id(), wants, client=client_address())
     cells = {key: CompareCell(None, "", error) for key, error in errors.items()}
     for key, setup in setups.items():
-        mine = [w for w in wants if w.setup == setup]
+        mine = [w for w in plans if w.setup == setup]
         failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
         state = "off" if mine and not compiling else "failed" if failed else "waiting" if mine else ""
         cells[key] = CompareCell(answers[key], state, failed[0] if failed else "")
+    for want in wants:
+        if want.kind is Kind.BUILD and progress[want].state == "failed":
+            assert want.spec is not None
+            st.warning(f"{want.spec.name}: {plain(progress[want].message)}")
     return cells, tuple(wants)
 
 
-def show_compare_progress(cells: dict[tuple[str, str], CompareCell], wants: tuple[Want, ...],
-                          setups: dict[tuple[str, str], Setup]) -> None:
-    """A line for each cell whose compile failed, and the progress of those still wanted."""
+def show_compare_progress(cells: dict[tuple[str, str], CompareCell], wants: tuple[Want, ...]) -> None:
+    """A line for each cell whose compile failed, and the progress of the builds and compiles still wanted."""
     for (name, key), cell in cells.items():
         if cell.error:
             st.warning(f"{name} · {GPU_PRESETS[key].name}: {plain(cell.error)}")
-    if wants and xla_jobs.compiles_enabled():
-        _compare_progress(wants, tuple((s, xla_jobs.scheduler().version(s)) for s in setups.values()), session_id(),
-                          language())
+    if wants:
+        work = service()
+        _compare_progress(wants, tuple((what, work.version(what)) for what in dict.fromkeys(w.what for w in wants)),
+                          session_id(), language())
 
 
 @st.fragment(run_every=1.0)
-def _compare_progress(wants: tuple[Want, ...], versions: tuple[tuple[Setup, int], ...], session: str,
+def _compare_progress(wants: tuple[Want, ...], versions: tuple[tuple[Setup | ModelSpec, int], ...], session: str,
                       lang: str = "en") -> None:
-    """The Compare page's compiles: how many cells still wait, and the one compiling now."""
+    """The Compare page's builds and compiles: how many cells still wait, and the one running now."""
     set_language(lang)
-    scheduler = xla_jobs.scheduler()
-    progress = scheduler.ask(session, wants)
-    if any(scheduler.version(s) != v for s, v in versions) or any(p.state == "done" for p in progress.values()):
+    work = service()
+    progress = work.ask(session, wants)
+    if any(work.version(what) != v for what, v in versions) or any(p.state == "done" for p in progress.values()):
         st.rerun()
-    waiting = len({w.setup for w in wants if progress[w].state not in ("done", "failed")})
-    st.caption(tr("{count} model and card pairs wait for XLA's plans; they compile in the background, first "
-                  "plans first.", count=waiting))
     for want in wants:
-        if progress[want].state == "running" and (text := progress_text(want, progress[want])) is not None:
+        if want.kind is Kind.BUILD and (text := progress_text(want, progress[want])) is not None:
+            st.caption(text)
+    waiting = len({w.setup for w in wants if w.kind is not Kind.BUILD and progress[w].state not in ("done", "failed")})
+    if waiting:
+        st.caption(tr("{count} model and card pairs wait for XLA's plans; they compile in the background, first "
+                      "plans first.", count=waiting))
+    compiles = [w for w in wants if w.kind is not Kind.BUILD and progress[w].state in ("running", "queued")]
+    for want in sorted(compiles, key=lambda w: (progress[w].state != "running", progress[w].ahead))[:1]:
+        if (text := progress_text(want, progress[want])) is not None:  # the one running now, else the next
+            assert want.setup is not None
             spec = want.setup.spec
             name = spec.preset if isinstance(spec, HubSpec) else getattr(spec, "name", tr("your model"))
             st.caption(f"{name} · {GPU_PRESETS[want.setup.gpu_key].name}: {text}")
-            break

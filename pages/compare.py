@@ -6,6 +6,7 @@ import streamlit as st
 from calc.gpus import GPU_PRESETS
 from dashboard import charts, figures, views, xla_view
 from dashboard.i18n import tr
+from dashboard.loaders import spec_for
 from dashboard.pagekit import catalogue_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
@@ -42,18 +43,29 @@ else:
                   "(`jit_compile=False`).", size=inputs.image_size, optimizer=inputs.optimizer,
                   precision=inputs.precision, device=inputs.device.upper(), train_mode=inputs.train_mode,
                   margin=inputs.margin))
-profiles = {}
+profiles, builds = {}, []
 for name in models:
-    try:  # each build takes its turn among every visitor's builds
-        profiles[name] = catalogue_profile(name, inputs)
+    try:  # a model at a size nobody has built yet is built in the background; its row comes then
+        profile = catalogue_profile(name, inputs)
     except ValueError as exc:
         st.error(f"{name}: {plain(exc)}")
-if not profiles:
+        continue
+    if profile is None:
+        builds.append(spec_for(name, inputs.image_size, inputs.train_mode == "frozen_backbone"))
+    else:
+        profiles[name] = profile
+if not models:
     st.info(tr("Pick at least one model."))
     st.stop()
 gpus = [GPU_PRESETS[k] for k in gpu_keys]
 setups = compare_setups(list(profiles), gpu_keys, inputs) if xla_step else {}
-cells, wants = compare_cells(setups, {}, inputs) if xla_step else ({}, ())
+cells, wants = compare_cells(setups, {}, inputs, tuple(builds))
+if not profiles and not builds:
+    st.stop()  # each model's error is above
+if not profiles:
+    st.info(tr("The models are built at this size in the background; the table appears when the first is done."))
+    show_compare_progress(cells, wants)
+    st.stop()
 try:
     rows = views.compare_table(profiles, gpus, inputs)
     if xla_step:
@@ -65,7 +77,7 @@ except ValueError as exc:
     st.stop()
 st.subheader(tr("Largest batch that fits"))
 st.dataframe(table, hide_index=True)
-show_compare_progress(cells, wants, setups)
+show_compare_progress(cells, wants)
 st.download_button(tr("Table as CSV"), table.to_csv(index=False), "compare.csv", "text/csv", key="dl_compare_csv")
 charts.plotly_chart(st, figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
                                               views.unit_divisor(inputs), inputs.unit), key="compare_chart")

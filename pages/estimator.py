@@ -6,11 +6,11 @@ import streamlit as st
 from dashboard import charts, figures, views
 from dashboard.i18n import tr
 from dashboard.loaders import accuracy_line, caveat_records, own_model_record, xla_line
-from dashboard.pagekit import inputs_and_profile
+from dashboard.pagekit import build_spec, inputs_and_profile
 from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of, sidebar_inputs
-from dashboard.xla_step import hub_sequence, hub_view, hub_waits, show_xla_notes, xla_state
+from dashboard.xla_step import hub_sequence, hub_view, hub_waits, model_waits, show_xla_notes, xla_state
 from dashboard.xla_view import margin_line, remat_note
 
 ensure_routed()
@@ -18,18 +18,22 @@ charts.preload()
 st.title(tr("How much GPU memory will this training step take?"))
 inputs = sidebar_inputs()
 gpu = gpu_of(inputs)
+profile = None
 if inputs.source == "hub":  # a KerasHub model: XLA's plan alone, no walk beside it
     view = hub_view(inputs, gpu)
-else:
-    inputs, profile = inputs_and_profile(inputs)
+else:  # a model at a size nobody has built yet: the page goes on without the walk while it is built
+    inputs, profile = inputs_and_profile(inputs, wait=False)
     try:
-        view = views.estimate_view(profile, inputs, gpu)
+        view = views.estimate_view(profile, inputs, gpu) if profile is not None else views.card_view(inputs, gpu)
     except ValueError as exc:
         st.error(plain(exc))
         st.stop()
-xla = xla_state(inputs, view, gpu)  # known plans now; missing ones compile in the background
-if inputs.source == "hub" and (xla.answer is None or xla.answer.plan is None):
-    hub_waits(xla)
+xla = xla_state(inputs, view, gpu, build_spec(inputs) if profile is None else None)  # what is missing runs aside
+if xla.answer is None or xla.answer.plan is None:
+    if inputs.source == "hub":
+        hub_waits(xla)
+    elif profile is None:
+        model_waits(xla, inputs)
 shown = xla.shown(view, inputs)
 
 c1, c2, c3 = st.columns(3)

@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from calc.catalogue import make_spec
 from calc.estimate import estimate_memory, max_batch_size, memory_curve
 from calc.gpus import GPU_PRESETS
 from calc.profiles import get_profile
+from tests import fake_work
 from calc.types import TrainingConfig
 from dashboard.plain import plain
 from dashboard.state import Inputs
@@ -41,19 +43,26 @@ def _own_xla_plans(tmp_path, monkeypatch):
     """Plans come only from what a test puts in its own plan cache: none shipped, none from
     other runs, and the XLA packages' versions fixed so no test depends on what is installed.
     CALC_XLA_COMPILES is off for every test (tests/conftest.py)."""
+    import calc.service
     from calc import xla
+    from calc.cluster import worker
     from calc.xla import cache
-    from dashboard import xla_jobs
+    from tests import fake_work
 
     monkeypatch.setattr(cache, "cache_dir", lambda: tmp_path / "xla-plans")
     monkeypatch.setattr(cache, "shipped_plans", lambda: {})
     for module in (cache, xla):  # where the plan reads them, and where the pages do
         monkeypatch.setattr(module, "plan_versions", lambda: {"jax": "test", "keras": "test"})
         monkeypatch.setattr(module, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(xla_jobs, "_scheduler", None)  # each test's pages meet a scheduler of their own
-    yield
-    if xla_jobs._scheduler is not None:
-        xla_jobs._scheduler.shutdown()
+    fake_work.reset()
+    # Each test's pages meet a work service of their own, on workers in this process: real Keras builds
+    # (a page at a size nobody built asks for one), compiles by the test's formula (``compiles``).
+    service = calc.service.WorkService(fake_work.local_engine, functions={"plan": fake_work.plan,
+                                                                         "build": worker.build}, lease_s=30)
+    monkeypatch.setattr(calc.service, "_service", service)
+    yield service
+    service.shutdown()
+    fake_work.reset()
 
 
 def app(params=None, page=None):
@@ -63,8 +72,24 @@ def app(params=None, page=None):
     at.run()
     if page:
         at.switch_page(page).run()
+    built(at)
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+BUILDING = "built once (weights=None)"  # the progress line of a build a page waits for
+
+
+def built(at, timeout_s=300.0):
+    """Reruns the page once the builds it waits for are done, as its progress fragment does in a browser."""
+    import calc.service
+
+    for _ in range(4):
+        if not any(BUILDING in e.value for e in [*at.caption, *at.info]):
+            return
+        wait_for(lambda: calc.service.service().pending("build") == 0, timeout_s)
+        time.sleep(0.2)
+        at.run()
 
 
 def metric(at, label_start):
@@ -393,7 +418,7 @@ def test_compare_searches_the_largest_batch_in_the_background_without_the_estima
     from calc import xla
 
     gate = threading.Event()  # no compile ends before the page has shown what it has meanwhile
-    scheduler, worker = compiles(gate=gate)
+    service = compiles(gate=gate)
     link = {**SMALL, "models": "MobileNetV2", "gpus": "t4"}
     try:
         at = app(link, page="pages/compare.py")
@@ -406,12 +431,12 @@ def test_compare_searches_the_largest_batch_in_the_background_without_the_estima
     peak = lambda b: xla.plan_from_analysis(plan_analysis(b), "t4").peak_bytes  # noqa: E731
     expected = max(b for b in range(1, 2000) if peak(b) <= budget)
     for _ in range(20):  # each run asks for the compiles the plans known so far call for
-        _wait_idle(scheduler)
+        _wait_idle(service)
         at.run()
         if at.dataframe[0].value[gpu.name][0] == f"{expected:,}":
             break
     assert at.dataframe[0].value[gpu.name][0] == f"{expected:,}"
-    assert {r["config"]["batch_size"] for r in worker.calls} >= {16, expected}
+    assert {r["config"]["batch_size"] for r in fake_work.REQUESTS} >= {16, expected}
 
 
 def _latex_terms(at) -> list[float]:
@@ -980,54 +1005,22 @@ def test_without_a_plan_the_walk_stands_in_named_as_such_and_gives_no_verdict():
                for i in at.info)
 
 
-class FakeWorker:
-    """A compile worker that answers with ``answer(batch)`` once ``gate`` is open; ``cancel`` stops it."""
-
-    def __init__(self, answer, gate=None):
-        import threading
-
-        self.answer, self.gate, self.calls, self._cancel = answer, gate, [], threading.Event()
-
-    def compile(self, request):
-        from calc.workers.plans import PlanCancelled
-
-        self.calls.append(request)
-        while self.gate is not None and not self.gate.is_set():
-            if self._cancel.wait(0.01):
-                raise PlanCancelled("stopped")
-        return self.answer(request["config"]["batch_size"])
-
-    def cancel(self):
-        self._cancel.set()
-        return True
-
-    def close(self):
-        self._cancel.set()
-
-
 @pytest.fixture
-def compiles(monkeypatch):
-    """Compiles on, run by one fake worker (``FakeWorker``) in a scheduler of the test's own."""
-    from dashboard import xla_jobs
-
-    made = []
+def compiles(monkeypatch, _own_xla_plans):
+    """Compiles on, each answered by ``answer(batch)`` (once ``gate`` opens) on the test's own work service;
+    ``fake_work.REQUESTS`` holds what was asked."""
+    from tests import fake_work
 
     def start(answer=plan_analysis, gate=None):
-        worker = FakeWorker(answer, gate)
-        scheduler = xla_jobs.Scheduler(1, worker=lambda: worker, lease_s=30)
-        monkeypatch.setattr(xla_jobs, "_scheduler", scheduler)
-        made.append(scheduler)
-        return scheduler, worker
+        fake_work.ANSWER, fake_work.GATE = answer, gate
+        return _own_xla_plans
 
     monkeypatch.setenv("CALC_XLA_COMPILES", "on")
     yield start
-    for scheduler in made:
-        scheduler.shutdown()
 
 
-def _wait_idle(scheduler, timeout_s=60.0):
-    wait_for(lambda: not scheduler.pending(), timeout_s)
-    assert not scheduler.pending()
+def _wait_idle(service, timeout_s=60.0):
+    assert service.wait_idle(timeout_s)
 
 
 def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compiles):
@@ -1037,7 +1030,7 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compile
     from dashboard.views import fmt
 
     gate = threading.Event()
-    scheduler, worker = compiles(gate=gate)
+    service = compiles(gate=gate)
     try:
         at = app()
         progress = [c.value for c in at.caption if "XLA's plan at batch 16" in c.value]
@@ -1046,8 +1039,8 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compile
         assert not at.success and not at.error
     finally:
         gate.set()
-    wait_for(lambda: scheduler.compiled >= 1, timeout_s=30)
-    first = worker.calls[0]
+    wait_for(lambda: service.finished >= 1, timeout_s=30)
+    first = fake_work.REQUESTS[0]
     assert first["target"] == "t4" and first["remat"] is None and first["config"]["batch_size"] == 16
     at.run()
     assert not at.exception
@@ -1058,15 +1051,15 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compile
 def test_the_largest_batch_is_xlas_searched_without_a_button_and_every_page_agrees(compiles):
     from calc import xla
     from calc.xla import settle_width
-    from dashboard import xla_jobs
+    import calc.service
 
-    scheduler, worker = compiles()
+    service = compiles()
     at = app()
     assert not [b for b in at.button if b.key == "xla_max_batch"]
-    _wait_idle(scheduler)
+    _wait_idle(service)
     at.run()
     at.run()  # the search's compiles were asked on the first run; the page now reads them all
-    _wait_idle(scheduler)
+    _wait_idle(service)
     at.run()
     # The fake plan grows linearly: peak(b) = fixed part + b x (per-sample temporaries + input).
     gpu = GPU_PRESETS["t4"]
@@ -1076,10 +1069,13 @@ def test_the_largest_batch_is_xlas_searched_without_a_button_and_every_page_agre
     assert metric(at, "Largest batch that fits (XLA plans, compiled)") == f"{expected:,}"
     points = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan (compiled)")
     assert expected in points["x"] and any(expected < b <= expected + settle_width(expected) for b in points["x"])
-    # Every page gives the same answer for the same link, also after a restart (a new scheduler,
+    # Every page gives the same answer for the same link, also after a restart (a new service,
     # no Streamlit cache): the plans are on disk.
-    monkeypatch_scheduler = xla_jobs.Scheduler(1, worker=lambda: worker)
-    xla_jobs._scheduler, old = monkeypatch_scheduler, xla_jobs._scheduler
+    from calc.cluster import worker
+
+    restarted = calc.service.WorkService(fake_work.local_engine, functions={"plan": fake_work.plan,
+                                                                           "build": worker.build})
+    calc.service._service, old = restarted, calc.service._service
     try:
         st.cache_data.clear()
         st.cache_resource.clear()
@@ -1092,8 +1088,8 @@ def test_the_largest_batch_is_xlas_searched_without_a_button_and_every_page_agre
         layers = app(page="pages/layers.py")
         assert any("walk's ledger" in i.value and "its plan for this batch is" in i.value for i in layers.info)
     finally:
-        monkeypatch_scheduler.shutdown()
-        xla_jobs._scheduler = old
+        restarted.shutdown()
+        calc.service._service = old
 
 
 def test_every_page_says_which_step_its_numbers_describe():
@@ -1129,9 +1125,9 @@ def test_a_failed_compile_is_one_line_and_the_walk_stays(compiles):
     def refused(batch):
         raise xla.PlanError("XLA could not compile this step: out of registers")
 
-    scheduler, _ = compiles(answer=refused)
+    service = compiles(answer=refused)
     at = app()
-    _wait_idle(scheduler)
+    _wait_idle(service)
     at.run()
     assert not at.exception
     assert "No XLA plan for this step: XLA could not compile this step: out of registers. This shows the " \
@@ -1417,7 +1413,7 @@ def test_a_kerashub_text_model_shows_its_longest_sequence_from_the_plans_compile
 def test_the_first_kerashub_page_is_the_first_kerashub_setup_shipped():
     """tools/ship_xla_plans.py ships the setup the sidebar opens when "Model from" turns to KerasHub."""
     from dashboard.state import parse_query
-    from dashboard.xla_jobs import Setup
+    from calc.service import Setup
     from dashboard.xla_step import setup_of
     from tests.tools import load_tool
 

@@ -45,7 +45,6 @@ def fake_builds(monkeypatch, tmp_path):
         return chain_profile()
 
     monkeypatch.setattr(build, "profile_catalogue_model", slow_build)
-    monkeypatch.setattr(profiles, "_worker", None)  # builds in this process, where the fake is
     return state
 
 
@@ -78,33 +77,40 @@ def test_different_models_build_one_at_a_time(fake_builds):
 
 
 @pytest.mark.server
-def test_only_a_model_nobody_built_waits_its_turn_in_the_build_queue(fake_builds, monkeypatch):
-    from contextlib import contextmanager
-
+def test_a_page_never_waits_for_a_build_it_says_where_the_build_stands_and_shows_the_model_once_built(
+        fake_builds, monkeypatch):
+    """A shipped size renders at once; a size nobody built is asked of the work service (a build worker, here in
+    this process, building with the fake), and the page is drawn at once with where its build stands; once the
+    build is done the page shows the model."""
+    import calc.service
     from streamlit.testing.v1 import AppTest
 
-    from dashboard import turns
+    from calc.cluster import worker
+    from tests import fake_work
 
     shipped, new = make_spec("MobileNetV2", 224), make_spec("MobileNetV2", 112)
     assert not profiles.needs_build(shipped) and profiles.needs_build(new)
-    turned = []
-
-    @contextmanager
-    def turn(on_wait):
-        on_wait(2)  # two builds ahead
-        turned.append(1)
-        yield
-
-    monkeypatch.setattr(turns.BUILDS, "turn", turn)
-    import dashboard.loaders  # noqa: F401 (sets the server's build worker: replaced by the fake in-process build)
-
-    monkeypatch.setattr(profiles, "_worker", None)
-    for size in ("224", "112"):
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-        at.query_params.update({"model": "MobileNetV2", "image_size": size, "step": "graph"})
-        at.run()
-        assert not at.exception, [e.stack_trace for e in at.exception]
-    assert turned == [1] and profiles.BUILDS[new.key] == 1 and not profiles.needs_build(new)
+    work = calc.service.WorkService(fake_work.local_engine, functions={"plan": fake_work.plan, "build": worker.build},
+                                    lease_s=30, tick_s=0.05)
+    monkeypatch.setattr(calc.service, "_service", work)
+    try:
+        pages = {}
+        for size in ("224", "112"):
+            at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+            at.query_params.update({"model": "MobileNetV2", "image_size": size, "step": "graph"})
+            at.run()
+            assert not at.exception, [e.stack_trace for e in at.exception]
+            pages[size] = at
+        assert any(m.label.startswith("Predicted peak") for m in pages["224"].metric)
+        waiting = pages["112"]
+        assert not waiting.metric and any("is new to this server" in i.value for i in waiting.info)
+        assert any("MobileNetV2 at 112x112, built once (weights=None)" in c.value for c in waiting.caption)
+        wait_for(lambda: not profiles.needs_build(new), timeout_s=60)
+        waiting.run()
+        assert any(m.label.startswith("Predicted peak") for m in waiting.metric)
+        assert profiles.BUILDS[new.key] == 0 and fake_builds["most_at_once"] == 1  # built on the worker, once
+    finally:
+        work.shutdown()
 
 
 def test_profiles_in_memory_are_bounded(fake_builds, monkeypatch):
@@ -117,17 +123,32 @@ def test_profiles_in_memory_are_bounded(fake_builds, monkeypatch):
 
 
 @pytest.mark.server
-def test_dashboard_loader_single_flight(fake_builds):
+def test_visitors_asking_for_the_same_new_size_share_one_build(fake_builds, monkeypatch):
+    """Eight sessions ask for one model at a size nobody built: one build, on the build worker (here in this
+    process, with the fake), and every page reads the same profile; the dashboard's loader never builds."""
     import streamlit as st
 
+    from calc.cluster import worker
+    from calc.service import Want, WorkService
     from dashboard.loaders import load_profile
+    from tests import fake_work
 
     st.cache_resource.clear()
     spec = make_spec("MobileNetV2", 128)
+    with pytest.raises(ValueError, match="not built on this server yet"):
+        load_profile(spec)
+    work = WorkService(fake_work.local_engine, functions={"plan": fake_work.plan, "build": worker.build}, tick_s=0.05)
+    try:
+        want = Want.build(spec)
+        for session in range(8):
+            work.ask(f"s{session}", [want])
+        wait_for(lambda: all(work.ask(f"s{i}", [want])[want].state == "done" for i in range(8)), timeout_s=60)
+    finally:
+        work.shutdown()
     results = _in_threads(load_profile, [(spec,)] * 8)
     st.cache_resource.clear()
-    assert profiles.BUILDS[spec.key] == 1
-    assert all(r is results[0] for r in results)
+    assert fake_builds["most_at_once"] == 1 and all(r is results[0] for r in results)
+    assert results[0] == chain_profile()
 
 
 def test_server_config_is_safe_for_a_shared_host():
@@ -144,126 +165,108 @@ def test_server_config_is_safe_for_a_shared_host():
     assert config["client"]["showErrorDetails"] == "none" and config["client"]["toolbarMode"] == "viewer"
 
 
-# --- the build worker: Keras builds outside the server process ----------------------
+# --- the engine's build worker: Keras builds outside the server process ------------------
 
-@pytest.fixture
-def worker():
-    from calc.workers.builds import BuildWorker
+@pytest.fixture(scope="module")
+def builds():
+    """This host's own cluster with one build worker (a process under its nanny), as a server starts it."""
+    from calc.cluster.engine import Engine
 
-    w = BuildWorker()
-    yield w
-    w.close()
+    engine = Engine(None, {"build": 1})
+    yield engine
+    engine.close()
+
+
+def _build(engine, spec, key=None):
+    from calc.cluster.worker import build as build_task
+    from calc.profile_json import profile_from_dict
+    from calc.requests import spec_to_dict
+
+    future = engine.submit(build_task, spec_to_dict(spec), key=key or f"build-{spec.key}", kind="build", priority=0)
+    return future, lambda: profile_from_dict(future.result(timeout=240)["profile"])
 
 
 @pytest.mark.server
-def test_the_worker_builds_what_an_in_process_build_gives(worker):
+@pytest.mark.keras
+def test_the_build_worker_builds_what_an_in_process_build_gives(builds):
     spec = make_spec("MobileNetV2", 96)
-    built, here = worker.build(spec), build.profile_catalogue_model(spec)
+    built, here = _build(builds, spec)[1](), build.profile_catalogue_model(spec)
     assert [a for a, b in zip(built.layers, here.layers) if a != b][:1] == []
     assert built == here
 
 
 @pytest.mark.server
+@pytest.mark.keras
 def test_the_weights_bound_stays_below_what_a_real_build_holds():
-    """``build_bytes_at_least`` refuses builds before a child starts, so it must never exceed what
-    one takes: VGG16's builds grow with fc1, three copies of it while Keras draws its values."""
-    from calc.catalogue import build_bytes_at_least
-    from calc.requests import spec_to_dict
-    from calc.workers.protocol import child_env, run_once
+    """``build_bytes_at_least`` refuses builds before a worker starts them, so it must never exceed what one
+    takes: VGG16's builds grow with fc1, three copies of it while Keras draws its values. Each build runs in
+    a fresh process, which reads its own peak resident size."""
+    import subprocess
+    import sys
 
-    small, large = make_spec("VGG16", 64), make_spec("VGG16", 352)
-    peaks = {}
-    for spec in (small, large):
-        outcome = run_once("build", spec_to_dict(spec), env=child_env(), timeout_s=120, poll_s=0.05)
-        assert outcome.reply.answer is not None
-        peaks[spec] = outcome.reply.peak_rss_bytes
-    assert build_bytes_at_least(small) <= peaks[small] and build_bytes_at_least(large) <= peaks[large]
+    from calc.catalogue import build_bytes_at_least
+
+    code = ("import resource, sys\nfrom calc.catalogue import make_spec\nfrom calc.keras.build import "
+            "profile_catalogue_model\nprofile_catalogue_model(make_spec('VGG16', int(sys.argv[1])))\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    for size in (64, 352):
+        done = subprocess.run([sys.executable, "-c", code, str(size)], capture_output=True, text=True, timeout=300,
+                              cwd=ROOT, env={**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert build_bytes_at_least(make_spec("VGG16", size)) <= int(done.stdout.split()[-1])
 
 
 @pytest.mark.server
-def test_a_killed_worker_is_an_error_for_that_request_only(worker):
-    import os
+@pytest.mark.keras
+def test_a_worker_killed_mid_build_is_restarted_and_the_build_runs_once_more_on_the_fresh_one(builds):
+    """Its nanny restarts a worker that dies (past its memory limit, or killed); the build it ran runs again on the
+    fresh worker (``allowed-failures``: one), and the next build is served as usual."""
     import signal
 
-    from calc.workers.builds import BuildError
-
-    worker.build(make_spec("MobileNetV2", 64))  # the child is up
-    killer = threading.Timer(0.3, lambda: os.kill(worker.pid, signal.SIGKILL))
-    killer.start()
-    with pytest.raises(BuildError, match="ended"):
-        worker.build(make_spec("ConvNeXtXLarge", 64))  # several seconds: killed mid-build
-    assert worker.build(make_spec("MobileNetV2", 72)).total_params > 0  # a fresh child serves the next one
-    assert worker.started == 2
+    _build(builds, make_spec("MobileNetV2", 64))[1]()  # the worker is up, TensorFlow imported
+    before = set(builds.client.run(os.getpid).values())
+    future, result = _build(builds, make_spec("ConvNeXtXLarge", 64))  # several seconds
+    wait_for(lambda: any(r.key == future.key for r in builds.running().values()), timeout_s=60)
+    for pid in before:
+        os.kill(pid, signal.SIGKILL)
+    assert result().total_params > 0  # ran again on the fresh worker
+    assert not set(builds.client.run(os.getpid).values()) & before
+    assert _build(builds, make_spec("MobileNetV2", 72))[1]().total_params > 0
 
 
 @pytest.mark.server
-def test_a_grown_worker_is_replaced_and_an_idle_one_exits(worker):
-    worker.max_rss_bytes = 1  # every build leaves the child "too big"
-    worker.build(make_spec("MobileNetV2", 64))
-    assert worker.pid is None
-    worker.max_rss_bytes, worker.idle_s = 2**40, 0.5
-    worker.build(make_spec("MobileNetV2", 72))
-    assert worker.started == 2 and worker.pid is not None
-    time.sleep(2)
-    assert worker.pid is None
+@pytest.mark.keras
+def test_a_build_that_leaves_its_worker_grown_restarts_the_worker(builds, monkeypatch):
+    """A build worker left above its budget (``CALC_BUILD_GIB``) after a build is replaced before the next one:
+    TensorFlow's CPU allocator keeps what a build freed."""
+    import calc.service.work
+    from calc.service import Want, WorkService, tasks
 
-
-def test_an_answer_behind_chatter_in_one_write_is_read_at_once():
-    # A child that prints a line of library chatter and its answer in one write: a
-    # buffered readline after select() used to keep the answer and wait out the timeout.
-    import sys
-
-    from calc.workers.builds import BuildError, BuildWorker
-
-    w = BuildWorker(timeout_s=20)
-    w.command = (sys.executable, "-c", "import sys\nfor line in sys.stdin:\n"
-                 "    sys.stdout.write('chatter\\nREFUSED \"no such model\"\\n'); sys.stdout.flush()")
+    monkeypatch.setattr(calc.service.work, "build_budget", lambda: 1)  # every build leaves the worker "too big"
+    work = WorkService(lambda: builds, lease_s=30, tick_s=0.1)
     try:
-        start = time.monotonic()
-        for _ in range(3):
-            with pytest.raises(BuildError, match="^no such model$"):
-                w.build(make_spec("MobileNetV2", 64))
-        assert time.monotonic() - start < 10
-        assert w.started == 1
+        before = set(builds.client.run(os.getpid).values())
+        spec = make_spec("MobileNetV2", 80)
+        want = Want.build(spec)
+        wait_for(lambda: work.ask("s", [want])[want].state == "done", timeout_s=240)
+        wait_for(lambda: len(builds.client.run(os.getpid)) == 1 and
+                 not set(builds.client.run(os.getpid).values()) & before, timeout_s=120)
     finally:
-        w.close()
-
-
-def test_a_build_stopped_at_its_limit_is_answered_from_memory_not_rebuilt():
-    # Eight tabs (or reloads) asking for a size whose build passes a limit used to build it each time.
-    import sys
-
-    from calc.workers.builds import BuildError, BuildWorker
-
-    w = BuildWorker(timeout_s=1)
-    w.command = (sys.executable, "-c", "import sys, time\nfor line in sys.stdin:\n    time.sleep(60)")
-    try:
-        with pytest.raises(BuildError, match="more than 1 s"):
-            w.build(make_spec("VGG16", 320))
-        start = time.monotonic()
-        for _ in range(3):
-            with pytest.raises(BuildError, match="not tried again for 30 minutes"):
-                w.build(make_spec("VGG16", 320))
-        assert time.monotonic() - start < 2 and w.started == 1  # no child, no wait
-        with pytest.raises(BuildError, match="more than 1 s"):  # another size is tried
-            w.build(make_spec("VGG16", 321))
-        assert w.started == 2
-        w.failures.remember(make_spec("VGG16", 320), "old", keep_s=0)  # as if its 30 minutes had passed
-        with pytest.raises(BuildError, match="more than 1 s"):  # and the first again once the memory lapses
-            w.build(make_spec("VGG16", 320))
-        assert w.started == 3
-    finally:
-        w.close()
+        work.shutdown()
+    assert tasks.build_budget() > 1  # the setting itself untouched
 
 
 @pytest.mark.server
 def test_the_dashboard_server_never_imports_tensorflow():
+    """A model nobody built at this size: the server asks its work service, whose build worker (a process of its
+    own cluster) builds it; the server reads the ledger without importing TensorFlow or Keras."""
     import subprocess
     import sys
 
-    code = ("import sys; import dashboard.loaders as l; from calc.catalogue import make_spec; "
-            "p = l.get_profile(make_spec('ResNet50', 80)); "
-            "print(p.total_params, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    code = ("import sys, time\nimport dashboard.loaders as l\nfrom calc.catalogue import make_spec\n"
+            "from calc.service import Want, service\nspec = make_spec('ResNet50', 80)\nwant = Want.build(spec)\n"
+            "while service().ask('s', [want])[want].state != 'done':\n    time.sleep(0.2)\n"
+            "p = l.get_profile(spec)\nprint(p.total_params, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["25636712", "False", "False"], out.stderr[-2000:]
 
@@ -507,29 +510,33 @@ def test_the_first_load_benchmark_shows_its_help():
 
 # --- a server stopped while it compiles leaves no process behind -------------------------
 
-def _compile_children(server_pid: int) -> list[int]:
-    """The processes a server started to compile XLA's plans: they carry its pid (``background_env``)."""
-    marker = f"CALC_CHILD_DIES_WITH={server_pid}".encode()
-    found = []
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now (from /proc: each process's parent)."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if marker in f.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parents[int(entry)] = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
     return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read().rsplit(")", 1)[1][:3]}
 
 
 @pytest.mark.keras
 @pytest.mark.server
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_server_stopped_while_it_compiles_leaves_no_process_of_its_own(tmp_path, monkeypatch, signum):
-    """A visitor's tab asks for a plan nothing ships; once the compile runs, the server is stopped as a
-    service manager stops it (SIGTERM, or SIGKILL after its timeout): 15 s later none of its processes
-    is left."""
+def test_a_server_stopped_while_it_builds_and_compiles_leaves_no_process_of_its_own(tmp_path, monkeypatch, signum):
+    """A visitor's tab asks for a size nothing ships (a build and a compile); once both workers of the server's own
+    cluster run, the server is stopped as a service manager stops it (SIGTERM, or SIGKILL after its timeout): 15 s
+    later none of the processes it started is left (the workers' nannies live in the server; each worker is ended by
+    the kernel when its parent ends, ``calc.cluster.worker.follow_nanny``)."""
     import asyncio
     import time
 
@@ -546,21 +553,47 @@ def test_a_server_stopped_while_it_compiles_leaves_no_process_of_its_own(tmp_pat
         tab = visitors.Visitor(f"ws://127.0.0.1:{port}/_stcore/stream",
                                "model=MobileNetV2&image_size=96&batch_size=7&optimizer=sgd&gpu=t4")
 
-        async def until_compiling() -> list[int]:
+        async def until_working() -> set[int]:
             await tab.connect()
             await tab.open(time.monotonic() + 120)
             deadline = time.monotonic() + 120
-            while not (children := _compile_children(server.pid)) and time.monotonic() < deadline:
+            while len(_descendants(server.pid)) < 2 and time.monotonic() < deadline:
                 await tab.until(lambda: False, time.monotonic() + 0.5)
+            await tab.until(lambda: False, time.monotonic() + 8)  # the workers import Keras and start
             await tab.close()
-            return children
+            return _descendants(server.pid)
 
-        children = asyncio.run(until_compiling())
-        assert children, "no compile started"
+        children = asyncio.run(until_working())
+        assert len(children) >= 2, "the server's cluster did not start"
         os.kill(server.pid, signum)
-        wait_for(lambda: server.poll() is not None and not _compile_children(server.pid), timeout_s=15)
-        assert server.poll() is not None and not _compile_children(server.pid)
+        wait_for(lambda: server.poll() is not None and not _alive(children), timeout_s=15)
+        assert server.poll() is not None and not _alive(children)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
         server.wait(10)
+
+
+# --- who a visitor is, for the work service's places per address -------------------------
+
+def test_the_client_is_the_peer_and_behind_the_named_proxy_the_address_that_proxy_appended(monkeypatch):
+    """``X-Forwarded-For`` is believed only from the proxy ``CALC_TRUSTED_PROXY`` names: a local user who sends
+    it straight to the server (a loopback peer too) cannot take a fresh address for every tab."""
+    from types import SimpleNamespace
+
+    from dashboard import xla_step
+
+    def seen_from(peer, forwarded=None):
+        headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        monkeypatch.setattr(xla_step, "st", SimpleNamespace(context=SimpleNamespace(ip_address=peer, headers=headers)))
+        return xla_step.client_address()
+
+    monkeypatch.delenv("CALC_TRUSTED_PROXY", raising=False)
+    assert seen_from("127.0.0.1", "6.6.6.6") == "127.0.0.1"  # no proxy named: the header is nobody's word
+    assert seen_from("203.0.113.5", "1.2.3.4") == "203.0.113.5"
+    monkeypatch.setenv("CALC_TRUSTED_PROXY", "10.0.0.3, 127.0.0.1")
+    assert seen_from("127.0.0.1", "6.6.6.6, 198.51.100.7") == "198.51.100.7"  # the visitor's own claim comes first
+    assert seen_from("10.0.0.3", "198.51.100.8") == "198.51.100.8"
+    assert seen_from("203.0.113.5", "1.2.3.4") == "203.0.113.5"  # a peer that is not the proxy: its header ignored
+    assert seen_from("127.0.0.1") == "127.0.0.1"
+    assert seen_from(None) == ""

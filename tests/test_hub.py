@@ -199,7 +199,7 @@ def test_max_seq_searches_the_plans_of_each_length(monkeypatch, tmp_path, capsys
                     "temp_bytes": 2**20 * n + 64 * n * n, "trainable_bytes": 2**20, "non_trainable_bytes": state - 2**20,
                     "optimizer_bytes": 2**21 + 8, "metrics_bytes": 16, "batch_bytes": 8 * n}
 
-    monkeypatch.setattr(compute, "_shared_worker", lambda: Worker())
+    monkeypatch.setattr(compute, "run_plan", lambda request, key, **_: Worker().compile(request))
     assert main(["max-seq", "--model", "gemma2_2b_en", "--lora-rank", "4", "--batch-size", "1", "--gpu", "t4",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -40,8 +40,8 @@ def test_a_failure_the_job_does_not_refuse_ends_the_child():
 def test_the_jobs_refuse_as_they_always_did():
     assert JOBS["measure"].refuses == ()  # a failed measurement is the child's exit and its last words
     assert JOBS["profile-file"].refuses == (ValueError,) and JOBS["profile-file"].reason(ValueError("x")) == "x"
-    assert JOBS["plan-xla"].refuses == JOBS["build"].refuses == (Exception,)
-    assert JOBS["build"].reason(KeyError("Nope")) == "KeyError: 'Nope'"
+    assert JOBS["plan-xla"].refuses == (Exception,)
+    assert JOBS["plan-xla"].reason(KeyError("Nope")) == "KeyError: 'Nope'"
 
 
 def _fake(code: str) -> Child:
@@ -68,7 +68,7 @@ def test_a_child_that_ends_without_a_reply_is_a_failure_with_its_last_words(monk
 
 def test_a_child_asked_for_no_job_says_which_there_are(capsys):
     assert main(["no-such-job"]) == 2
-    assert "usage: python -m calc.workers.child {measure,profile-file,plan-xla,build}" in capsys.readouterr().err
+    assert "usage: python -m calc.workers.child {measure,profile-file,plan-xla}" in capsys.readouterr().err
 
 
 def test_a_child_past_its_time_is_stopped_and_a_long_stderr_never_blocks_it():
@@ -204,7 +204,9 @@ def test_the_pool_grants_what_fits_waits_for_room_and_refuses_in_one_line():
     assert pool.held_bytes == 0
 
 
-def test_the_pool_is_the_setting_or_three_quarters_of_the_host(monkeypatch, tmp_path):
+def test_the_pool_is_the_setting_or_three_quarters_of_the_host_less_its_own_clusters_workers(monkeypatch, tmp_path):
+    """On a 24 GiB host of 2 cores: 18 GiB, less the server's own cluster (a compile worker of 8 GiB and a build
+    worker of 6 GiB); with a cluster elsewhere, all 18 GiB."""
     from calc.workers import pool
 
     monkeypatch.setenv("CALC_CHILDREN_GIB", "12")
@@ -212,10 +214,15 @@ def test_the_pool_is_the_setting_or_three_quarters_of_the_host(monkeypatch, tmp_
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       25165824 kB\nMemFree:  1 kB\n")
     assert pool.host_memory_bytes(str(meminfo)) == 24 * GIB
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    for name in ("CALC_COMPILE_GIB", "CALC_BUILD_GIB", "CALC_XLA_WORKERS", "CALC_DASK_SCHEDULER"):
+        monkeypatch.delenv(name, raising=False)
     for setting in ("lots", "0", "nan", "1e9"):
         monkeypatch.setenv("CALC_CHILDREN_GIB", setting)
         monkeypatch.setattr(pool, "host_memory_bytes", lambda: 24 * GIB)
-        assert pool.pool_bytes() == 18 * GIB
+        assert pool.pool_bytes() == 18 * GIB - 8 * GIB - 2 * 3 * GIB
+    monkeypatch.setenv("CALC_DASK_SCHEDULER", "tcp://10.0.0.2:8786")
+    assert pool.pool_bytes() == 18 * GIB
 
 
 @pytest.fixture
@@ -225,61 +232,6 @@ def small_pool(monkeypatch):
     shared = pool.MemoryPool(256 << 20)
     monkeypatch.setattr(pool, "_POOL", shared)
     return shared
-
-
-def test_a_build_runs_under_what_the_pool_grants_and_waits_no_longer_than_its_limit(small_pool):
-    """The builder's own budget is 6 GiB; in a pool of 256 MiB its watchdog stops it at 256 MiB,
-    and while another child holds the pool it is refused in one line without a child."""
-    from calc.catalogue import make_spec
-    from calc.workers.builds import BuildError, BuildWorker
-
-    # The child's start and its 600 MiB can take seconds on a busy machine: the memory limit
-    # must stop it long before its time limit does.
-    w = BuildWorker(timeout_s=25)
-    w.command = (sys.executable, "-c", "import sys, time\nfor line in sys.stdin:\n"
-                 "    block = bytearray(600 << 20); time.sleep(60)")
-    try:
-        with pytest.raises(BuildError, match="memory budget of 0.2 GiB"):
-            w.build(make_spec("MobileNetV2", 64))
-        w.timeout_s = 2  # how long a build waits for room in the pool
-        assert small_pool.held_bytes == 0  # the stopped child's share is back
-        other = small_pool.reserve(200 << 20, what="an upload's reader", wait_s=0)
-        started = w.started
-        with pytest.raises(BuildError, match="in use by other visitors' work"):
-            w.build(make_spec("MobileNetV2", 72))
-        assert w.started == started and small_pool.held_bytes == 200 << 20
-        other.release()
-    finally:
-        w.close()
-
-
-def test_a_compile_waiting_for_room_in_the_pool_can_be_cancelled(small_pool):
-    import threading
-
-    from calc.workers.plans import PlanCancelled, PlanWorker
-
-    holder = small_pool.reserve(small_pool.total_bytes, what="a build", wait_s=0)
-    worker = PlanWorker(max_rss_bytes=128 << 20)
-    outcome = []
-
-    def compile_():
-        try:
-            worker.compile({"spec": {}, "config": {}}, timeout_s=60)
-        except Exception as exc:  # noqa: BLE001 - the test reads which
-            outcome.append(exc)
-
-    thread = threading.Thread(target=compile_)
-    thread.start()
-    wait_for(lambda: worker.waiting_for_memory)
-    assert worker.waiting_for_memory  # the page says so, not "Compiling"
-    start = time.monotonic()
-    assert worker.cancel()
-    thread.join(10)
-    assert not thread.is_alive() and time.monotonic() - start < 5  # not the compile's 60 s
-    assert len(outcome) == 1 and isinstance(outcome[0], PlanCancelled) and worker.started == 0
-    assert not worker.waiting_for_memory
-    holder.release()
-    worker.close()
 
 
 def test_a_failure_is_recalled_until_it_lapses_and_the_oldest_go_first():
@@ -298,40 +250,22 @@ def test_a_failure_is_recalled_until_it_lapses_and_the_oldest_go_first():
     assert memory.recall("d") is None
 
 
-def test_a_closed_compile_worker_starts_no_further_compile():
-    """The server's shutdown closes the workers; a scheduler thread that had just picked a compile
-    must not start a child after that."""
-    from calc.workers.plans import PlanCancelled, PlanWorker
-
-    worker = PlanWorker()
-    worker.close()
-    with pytest.raises(PlanCancelled, match="the server is ending"):
-        worker.compile({"spec": {}, "config": {}}, timeout_s=60)
-    assert worker.started == 0
-
-
-def test_a_model_whose_weights_alone_pass_the_budget_is_refused_before_a_child_starts():
+def test_a_model_whose_weights_alone_pass_the_budget_is_refused_before_a_worker_starts_it():
     """VGG16 at 544 px: its fc1 alone is 606 million parameters, and Keras holds three copies of
     it while it draws its values (7 GiB); eight such tabs each used to grow a child to its budget."""
     from calc.catalogue import build_bytes_at_least, make_spec
     from calc.requests import spec_to_dict
-    from calc.workers.builds import BuildError, BuildWorker
-    from calc.workers.plans import PlanWorker, compile_plan
+    from calc.service.tasks import prepare
+    from calc.service.wants import BuildTask
+    from calc.workers.plans import compile_plan
     from calc.xla import PlanError
 
     huge, fine = make_spec("VGG16", 544), make_spec("VGG16", 224)
     assert build_bytes_at_least(huge) > 6 << 30 > build_bytes_at_least(fine) > 3 * 4 * 102_764_544
     assert build_bytes_at_least(make_spec("ResNet50", 224)) == 4 * 3 * 2049 * 1000  # the head, drawn once
-    builder = BuildWorker()  # 3 GiB, 6 GiB during a build
-    with pytest.raises(BuildError, match=r"needs more than 6\.\d GiB for its weights alone.*not started"):
-        builder.build(huge)
-    assert builder.started == 0
-    request = {"spec": spec_to_dict(huge), "config": {}}
-    compiler = PlanWorker(max_rss_bytes=4 << 30)
-    with pytest.raises(PlanError, match="past a compile's memory budget of 4.0 GiB: not started"):
-        compiler.compile(request)
-    assert compiler.started == 0
+    with pytest.raises(ValueError, match=r"needs more than 6\.\d GiB for its weights alone.*memory limit of 6\.0 "
+                                         "GiB: not started"):
+        prepare(BuildTask(huge))  # the build worker's limit: twice CALC_BUILD_GIB
+    assert prepare(BuildTask(fine))[1] == f"build-{fine.key}"
     with pytest.raises(PlanError, match="not started"):
-        compile_plan(request, max_rss_bytes=4 << 30)
-    builder.close()
-    compiler.close()
+        compile_plan({"spec": spec_to_dict(huge), "config": {}}, max_rss_bytes=4 << 30)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -243,7 +245,7 @@ def fake_worker(monkeypatch):
     worker = FakeWorker()
     monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
     monkeypatch.setattr(cache, "plan_versions", lambda: {"jax": "test"})
-    monkeypatch.setattr(xla.compute, "_shared_worker", lambda: worker)
+    monkeypatch.setattr(xla.compute, "run_plan", lambda request, key, **_: worker.compile(request))
     return worker
 
 
@@ -372,37 +374,56 @@ def test_a_real_plan_holds_the_state_grows_with_the_batch_and_remat_moves_only_t
     assert remat.temporaries_bytes != large.temporaries_bytes
 
 
+@pytest.fixture(scope="module")
+def plan_worker():
+    """A plan worker of this host's own cluster (a process under its nanny), as the server and the command line
+    start it; ``compile(request)`` waits for its answer."""
+    from calc.cluster.engine import Engine
+    from calc.cluster.worker import plan
+
+    engine = Engine(None, {"plan": 1})
+    keys = iter(range(10**6))
+
+    def compile_(request, timeout_s=600):
+        future = engine.submit(plan, request, key=f"plan-test-{next(keys)}", kind="plan", priority=0)
+        return future.result(timeout=timeout_s)
+
+    yield SimpleNamespace(engine=engine, compile=compile_, pids=lambda: set(engine.client.run(os.getpid).values()))
+    engine.close()
+
+
 @needs_plan
 @pytest.mark.keras
-def test_a_worker_that_keeps_the_model_plans_to_the_byte_what_a_fresh_child_plans(tmp_path):
-    """The warm worker builds the model once; its plan of a further batch and card is a fresh child's."""
-    from calc.workers.plans import PlanCancelled, PlanWorker
+def test_a_worker_that_keeps_the_model_plans_to_the_byte_what_a_fresh_child_plans(plan_worker):
+    """The warm worker builds the model once; its plan of a further batch and card is a fresh child's. A compile
+    nobody waits for any more is stopped halfway: its future released, its worker restarted."""
+    from calc.cluster.worker import plan
 
     config = TrainingConfig(batch_size=2, optimizer="adam", device="gpu")
-    worker = PlanWorker()
-    try:
-        first = worker.compile(cache.plan_request(SMALL_CNN, config, xla.target_for("t4")))
-        later = cache.plan_request(SMALL_CNN, replace(config, batch_size=8), xla.target_for("a100-40"))
-        warm = worker.compile(later)
-        assert first["warm"] is False and warm["warm"] is True and worker.started == 1
-        fresh = plans.compile_plan(later)
-        fields = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")
-        assert {k: warm[k] for k in fields} == {k: fresh[k] for k in fields}
-        # A compile nobody waits for is stopped halfway, child and all.
-        other = cache.plan_request(ModelFile("calc/data/models/mnist_cnn.keras"), config, xla.target_for("t4"))
-        stopper = threading.Timer(1.0, worker.cancel)
-        stopper.start()
-        started = time.monotonic()
-        with pytest.raises(PlanCancelled):
-            worker.compile(other)
-        assert time.monotonic() - started < 10 and worker.family is None
-    finally:
-        worker.close()
+    first = plan_worker.compile(cache.plan_request(SMALL_CNN, config, xla.target_for("t4")))
+    pids = plan_worker.pids()
+    later = cache.plan_request(SMALL_CNN, replace(config, batch_size=8), xla.target_for("a100-40"))
+    warm = plan_worker.compile(later)
+    assert first["warm"] is False and warm["warm"] is True and plan_worker.pids() == pids
+    fresh = plans.compile_plan(later)
+    fields = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")
+    assert {k: warm[k] for k in fields} == {k: fresh[k] for k in fields}
+    engine = plan_worker.engine
+    other = cache.plan_request(ModelFile("calc/data/models/mnist_cnn.keras"), config, xla.target_for("t4"))
+    future = engine.submit(plan, other, key="plan-test-unwanted", kind="plan", priority=0)
+    wait_for(lambda: "plan-test-unwanted" in engine.running(), timeout_s=60)
+    started = time.monotonic()
+    future.release()
+    wait_for(lambda: engine.running().get("plan-test-unwanted", SimpleNamespace(state="")).state == "cancelled",
+             timeout_s=5)
+    engine.restart([engine.running()["plan-test-unwanted"].worker])
+    assert time.monotonic() - started < 30 and "plan-test-unwanted" not in engine.running()
+    assert not plan_worker.pids() & pids
 
 
 @needs_plan
 @pytest.mark.keras
-def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path):
+def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path, plan_worker):
     """The plans' compiles skip XLA's machine code (calc.keras.codegen): they stop before the first
     kernel, where XLA has dumped the assignment; should one go on, no LLVM optimisation, and an
     assembler stand-in that answers the version as the real one and writes an empty file for a
@@ -411,7 +432,6 @@ def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path)
     import subprocess
 
     from calc.keras.codegen import STOP_MARK, compiler_options, cuda_root, stopping_cache, unassembled_cuda_root
-    from calc.workers.plans import PlanWorker
 
     real, stand_in = cuda_root(), unassembled_cuda_root()
     assert real is not None and stand_in is not None
@@ -430,17 +450,13 @@ def test_a_plan_with_xlas_full_code_generation_is_the_plan_to_the_byte(tmp_path)
 
     config = TrainingConfig(batch_size=4, optimizer="adam", device="gpu")
     fields = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "batch_bytes", "peak")
-    worker = PlanWorker()
-    try:
-        for gpu in ("t4", "h100-80"):
-            request = cache.plan_request(SMALL_CNN, config, xla.target_for(gpu))
-            planned, full = worker.compile(request), worker.compile({**request, "codegen": "full"})
-            assert planned["kernels_emitted"] is False and full["kernels_emitted"] is True, gpu
-            assert "peak" in planned and {k: planned[k] for k in fields} == {k: full[k] for k in fields}, gpu
-        with pytest.raises(xla.PlanError, match="unknown code generation"):
-            worker.compile({**request, "codegen": "some"})
-    finally:
-        worker.close()
+    for gpu in ("t4", "h100-80"):
+        request = cache.plan_request(SMALL_CNN, config, xla.target_for(gpu))
+        planned, full = plan_worker.compile(request), plan_worker.compile({**request, "codegen": "full"})
+        assert planned["kernels_emitted"] is False and full["kernels_emitted"] is True, gpu
+        assert "peak" in planned and {k: planned[k] for k in fields} == {k: full[k] for k in fields}, gpu
+    with pytest.raises(xla.PlanError, match="unknown code generation"):
+        plan_worker.compile({**request, "codegen": "some"})
 
 
 @needs_plan

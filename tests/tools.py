@@ -40,7 +40,7 @@ def xla_margin(user: float = 0.05) -> float:
     return max(user, measured)
 
 
-# Python for a plan child (``calc.workers.plans.plan_env``): the temporaries of a ``calc.keras.plan.PlanModel``'s
+# Python for a plan child (``calc.workers.plans.plan_env``, a plan worker's environment): the temporaries of a ``calc.keras.plan.PlanModel``'s
 # step at ``batch`` on the card ``card`` (its target text) with XLA's own attention, as on a machine whose cuDNN
 # is missing. Call it after the model's own ``plan``, which answered as the card.
 XLA_ATTENTION_TEMP = '''

@@ -1,6 +1,6 @@
 """XLA's buffer plan of Keras's own train step for a GPU, compiled on JAX without one.
 
-Run in a child process whose environment ``calc.workers.plans.plan_env`` sets
+Run in a plan worker of the engine, or a fresh child, whose environment ``calc.cluster.worker.kind_env`` sets
 (``KERAS_BACKEND=jax``, XLA's autotuner off) before Keras and JAX are imported.
 
 A ``PlanModel`` is one model built with its optimizer, kept to plan its step at any batch
@@ -267,7 +267,7 @@ class PlanModel:
 
     def _explained(self) -> dict[str, Any] | None:
         """What fills the compiled step's temporaries at their peak (``calc.xla.peak``), from the module
-        XLA dumped (``calc.workers.plans.plan_env``); None when XLA dumps nowhere. The dump is deleted."""
+        XLA dumped (``calc.cluster.worker.kind_env``); None when XLA dumps nowhere. The dump is deleted."""
         from calc.xla.peak import explain
 
         folder = _dump_folder()
@@ -289,7 +289,7 @@ class PlanModel:
 
 def _dump_folder() -> Path | None:
     """The folder this process's XLA dumps compiled modules to for the peak's explanation (``CALC_XLA_DUMP``,
-    set with ``--xla_dump_to`` by ``calc.workers.plans.plan_env``), or None; a folder of a user's own
+    set with ``--xla_dump_to`` by ``calc.cluster.worker.kind_env``), or None; a folder of a user's own
     ``--xla_dump_to`` is never read or emptied."""
     folder = os.environ.get("CALC_XLA_DUMP", "")
     return Path(folder) if folder and f"--xla_dump_to={folder}" in os.environ.get("XLA_FLAGS", "") else None
@@ -340,7 +340,7 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
 
     ``family`` names the configuration at any batch (a saved file's by its content, which a
     path alone does not); by default the spec, the config at batch 1 and the remat mode. Needs ``KERAS_BACKEND=jax`` and ``--xla_gpu_autotune_level=0`` in ``XLA_FLAGS`` before
-    Keras and JAX are imported (``calc.workers.plans.plan_env`` sets them): the autotuner
+    Keras and JAX are imported (``calc.cluster.worker.kind_env`` sets them): the autotuner
     would run convolutions on a device. The model is kept for the next request of the same
     configuration at another batch or card (its ``"warm"`` is then true); one model at a time,
     so that a worker holds one model's state. ``build`` makes the model (``PlanModel`` by default;

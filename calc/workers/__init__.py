@@ -5,7 +5,9 @@ server or a command that needs no model never imports them, and a crash, a hang 
 out-of-memory kill in one is an error for that request only:
 
 - ``calc.workers.measure``: one training step measured, a fresh child each time.
-- ``calc.workers.builds``: catalogue models built by one long-lived child (the dashboard's).
 - ``calc.workers.files``: a saved file's profile, read with Keras safe mode on.
-- ``calc.workers.plans``: XLA's plan compiled, with a time limit and a memory budget.
+- ``calc.workers.plans``: XLA's plan compiled in a fresh child, with a time limit and a memory budget (the
+  benchmarks' cold compile; the dashboard and the command line compile on the engine's workers, ``calc.cluster``).
+
+Builds and compiles for the dashboard run on the engine's workers (``calc.cluster``), not here.
 """

@@ -8,7 +8,6 @@ ends the child, with its traceback on stderr for the parent's failure message.
     measure       one training step measured on TensorFlow (``calc.keras.step``)
     profile-file  a saved model loaded with safe mode on and profiled (``calc.keras.build``)
     plan-xla      XLA's plan of the step for a GPU, compiled on JAX (``calc.keras.plan``), the model kept
-    build         catalogue models built and profiled, one after another (the build worker)
 """
 
 from __future__ import annotations
@@ -20,13 +19,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from calc.hub import HubSpec
-from calc.keras.build import profile_catalogue_model, profile_model_file
-from calc.keras.codegen import CODEGEN
-from calc.keras.plan import plan_in_process
+from calc.cluster.worker import plan_here
+from calc.keras.build import profile_model_file
 from calc.keras.step import measure_in_process
 from calc.profile_json import profile_to_dict
-from calc.requests import config_from_dict, plan_spec_from_dict, spec_from_dict
+from calc.requests import config_from_dict, spec_from_dict
 from calc.workers.protocol import DIE_WITH_ENV, NICE_ENV, answer_line, refusal_line
 
 
@@ -53,37 +50,13 @@ def _profile_file(request: dict[str, Any]) -> dict[str, Any]:
     return profile_to_dict(profile_model_file(str(request["path"])))
 
 
-def _plan(request: dict[str, Any]) -> dict[str, Any]:
-    # The model is kept across requests that differ only in the batch or the card.
-    family = json.dumps([request["spec"], {**request["config"], "batch_size": 0}, request.get("remat")],
-                        sort_keys=True)
-    spec = plan_spec_from_dict(request["spec"])
-    build = None
-    if isinstance(spec, HubSpec):
-        from calc.keras.hub import HubPlanModel  # keras_hub is imported for KerasHub models alone
-
-        build = HubPlanModel
-    # "codegen": how much of XLA's code generation the compile runs (benchmarks/xla_codegen.py; the same plan).
-    codegen = request.get("codegen", "none")
-    if codegen not in CODEGEN:
-        raise ValueError(f"unknown code generation {codegen!r} (one of {', '.join(CODEGEN)})")
-    return plan_in_process(spec, config_from_dict(request["config"]), request["target_config"], request.get("remat"),
-                           family=family, build=build, codegen=codegen)
-
-
-def _build(request: dict[str, Any]) -> dict[str, Any]:
-    return profile_to_dict(profile_catalogue_model(spec_from_dict(request)))
-
-
 JOBS: dict[str, Job] = {
     # A measurement that fails is a crash: the parent reports the child's exit and its last words.
     "measure": Job(_measure, refuses=()),
     # Keras's own message for a file it cannot read safely (``_load_saved``) is the user's answer.
     "profile-file": Job(_profile_file, refuses=(ValueError,), reason=str),
-    # A layer XLA cannot compile, a model that cannot be built: the answer.
-    "plan-xla": Job(_plan, refuses=(Exception,)),
-    # Any failure of one build is that request's answer; the child serves the next.
-    "build": Job(_build, refuses=(Exception,)),
+    # A layer XLA cannot compile, a model that cannot be built: the answer (as on a plan worker of the engine).
+    "plan-xla": Job(plan_here, refuses=(Exception,)),
 }
 
 

@@ -7,9 +7,11 @@ worker) keeps, between requests, only what it holds resident, and grows back to 
 waiting if need be, before its next request. So the process tree's children stay under the
 pool however many tabs ask for builds, compiles, uploads and measurements at once.
 
-The pool is ``CALC_CHILDREN_GIB`` GiB, else three quarters of the host's memory (the rest
-for the server, the system and the page cache). A reservation larger than the whole pool
-is granted the pool: that child then runs alone, under the pool as its budget.
+The pool is ``CALC_CHILDREN_GIB`` GiB, else three quarters of the host's memory (the rest for
+the server, the system and the page cache) less the memory limits of the server's own cluster's
+workers (``calc.cluster``: builds and compiles, each under its nanny's limit). A reservation
+larger than the whole pool is granted the pool: that child then runs alone, under the pool as
+its budget.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def host_memory_bytes(meminfo: str = "/proc/meminfo") -> int | None:
 
 def pool_bytes() -> int:
     """``CALC_CHILDREN_GIB`` (0.25 to 4096 GiB), else ``HOST_SHARE`` of the host's memory (8 GiB
-    where it cannot be read); at least 1 GiB."""
+    where it cannot be read) less the limits of this host's own cluster's workers; at least 1 GiB."""
     try:
         setting = float(os.environ.get(POOL_ENV, "nan"))
     except ValueError:
@@ -52,7 +54,19 @@ def pool_bytes() -> int:
     if math.isfinite(setting) and 0.25 <= setting <= 4096:
         return int(setting * 2**30)
     host = host_memory_bytes()
-    return max(MIN_POOL_BYTES, int(HOST_SHARE * host) if host else 8 << 30)
+    share = int(HOST_SHARE * host) if host else 8 << 30
+    return max(MIN_POOL_BYTES, share - own_cluster_bytes())
+
+
+def own_cluster_bytes() -> int:
+    """The memory limits of the workers this host's own cluster runs (none where the server uses a cluster
+    elsewhere, ``CALC_DASK_SCHEDULER``)."""
+    from calc.cluster.settings import own_workers, shared_cluster, worker_limits
+
+    if shared_cluster():
+        return 0
+    limits = worker_limits()
+    return sum(limits[kind] * count for kind, count in own_workers().items())
 
 
 class MemoryPool:

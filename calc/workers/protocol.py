@@ -232,7 +232,8 @@ def run_once(job: str, request: Any, *, env: dict[str, str], timeout_s: float, m
 
     A child with a memory budget first reserves it from the process's pool
     (``calc.workers.pool``), waiting up to ``pool_wait_s``; its watchdog then stops it at
-    what was granted.
+    what was granted. The child ends with this process, also when this one is killed
+    (``background_env``).
 
     Raises:
         MemoryBusy: the pool had no room for the budget within ``pool_wait_s``.
@@ -240,7 +241,8 @@ def run_once(job: str, request: Any, *, env: dict[str, str], timeout_s: float, m
     from calc.workers.pool import shared_pool
 
     with shared_pool().reserve(max_rss_bytes or 0, what=f"the {job} job", wait_s=pool_wait_s) as reserved:
-        child = Child(child_command(job), env)
+        # Ended with this process however it ends: the calling thread waits for the child, so it outlives it.
+        child = Child(child_command(job), env if DIE_WITH_ENV in env else background_env(env, 0))
         limit = reserved.granted_bytes if max_rss_bytes is not None else None
         reply = child.ask(request, timeout_s=timeout_s, max_rss_bytes=limit, poll_s=poll_s)
         returncode = child.close(EXIT_GRACE_S)

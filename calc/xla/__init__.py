@@ -5,7 +5,7 @@ decides every buffer of the compiled program at compile time. JAX can compile fo
 CUDA target with no GPU present, so a child process (``KERAS_BACKEND=jax``) builds the
 model, jits Keras's own ``train_step`` for the target and reads the program's memory as
 ``memory_analysis()`` counts it, from the buffer assignment XLA dumps before it emits a kernel
-(``calc.keras.plan.plan_in_process``, run by ``calc.workers.plans``; ``calc.keras.codegen``).
+(``calc.keras.plan.plan_in_process``, run on a plan worker of ``calc.cluster``; ``calc.keras.codegen``).
 This package is the parent side, and imports neither JAX nor Keras:
 
 - ``calc.xla.targets``: the GPU presets' cards as XLA's compiler sees them.

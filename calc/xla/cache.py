@@ -92,7 +92,7 @@ def plan_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, 
         spec_data["format"] = ATTENTION_FORMAT
     request = {"spec": spec_data, "config": config_data, "target": target.key,
                "target_config": target.config_text(), "remat": remat or None}
-    # XLA's flags reach the child's compiler (calc.workers.plans.plan_env), and some move the plan
+    # XLA's flags reach the child's compiler (calc.cluster.worker.kind_env), and some move the plan
     # (xla_gpu_memory_limit_slop_factor moves the limit XLA rematerialises at): a plan compiled under
     # them is kept apart. Without any, the key is what it always was, so shipped plans are found.
     flags = " ".join(os.environ.get("XLA_FLAGS", "").split())
@@ -155,6 +155,29 @@ def shipped_plans() -> dict[str, dict[int, dict[str, Any]]]:
     if data.get("format") != PLAN_FORMAT:
         return {}
     return {key: {int(b): raw for b, raw in family["plans"].items()} for key, family in data["families"].items()}
+
+
+@functools.cache
+def shipped_seconds() -> dict[str, tuple[float, float]]:
+    """What the shipped plans record of their compiles, by model kind (a catalogue name, a KerasHub preset):
+    (the median seconds of a fresh worker's task: building the model, tracing and XLA's compile; the median
+    of XLA's compile alone, a worker's task that held the model). Measured on the 2-core machine that
+    shipped them (``tools/ship_xla_plans.py``)."""
+    import statistics
+
+    try:
+        with gzip.open(SHIPPED_PLANS, "rt") as f:
+            families = json.load(f)["families"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    times: dict[str, list[tuple[float, float]]] = {}
+    for family in families.values():
+        model = str(family.get("label", "")).split(" ")[0].split("-")[0]
+        for raw in family.get("plans", {}).values():
+            if "build_seconds" in raw and "compile_seconds" in raw:
+                times.setdefault(model, []).append((raw["build_seconds"], raw["compile_seconds"]))
+    return {model: (statistics.median(b + c for b, c in seen), statistics.median(c for _, c in seen))
+            for model, seen in times.items() if model}
 
 
 # This process's plans by (cache folder, family), should the disk refuse them.

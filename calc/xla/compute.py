@@ -1,15 +1,14 @@
 """XLA's plan of a training step, found or compiled once, and a configuration's curve: the
 package's entry points.
 
-A plan known already (shipped or on disk, ``calc.xla.cache``) is read; otherwise a child
-compiles it (``calc.workers.plans.PlanWorker``, which keeps the model built for the next
-batch), one compile at a time per machine, one flight for identical requests. Imports
-neither JAX nor Keras.
+A plan known already (shipped or on disk, ``calc.xla.cache``) is read; otherwise a worker of the
+engine compiles it (``calc.cluster``: this process's own cluster, or ``CALC_DASK_SCHEDULER``'s; the
+worker keeps the model built for the next batch), one compile at a time per machine where the
+cluster is this process's own, one flight for identical requests. Imports neither JAX nor Keras.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -17,6 +16,8 @@ from typing import Any, Callable
 
 import calc.xla.cache as cache
 from calc.catalogue import ModelFile, ModelSpec
+from calc.cluster.engine import run_plan
+from calc.cluster.settings import shared_cluster
 from calc.hub import HubSpec
 from calc.types import TrainingConfig
 from calc.xla.curve import PlanCurve, compiled_point, slop_percent
@@ -27,20 +28,6 @@ LOCK_HANDOFF_S = 0.5
 _flights: dict[tuple[str, int], threading.Lock] = {}
 _flights_guard = threading.Lock()
 COMPILES: list[tuple[str, int]] = []  # (family, batch) compiled by this process, in order (tests check single flight)
-_worker: Any = None  # calc.workers.plans.PlanWorker, made on first use
-_worker_guard = threading.Lock()
-
-
-def _shared_worker() -> Any:
-    """This process's compile worker (``PlanWorker``), started on first use and stopped at exit."""
-    from calc.workers.plans import PlanWorker  # here: calc.workers.plans imports calc.xla's errors
-
-    global _worker
-    with _worker_guard:
-        if _worker is None:
-            _worker = PlanWorker()
-            atexit.register(_worker.close)
-        return _worker
 
 
 def _machine_lock(timeout_s: float) -> Any | None:
@@ -84,8 +71,8 @@ def compile_request(request: dict[str, Any], key: str, *, timeout_s: float = TIM
                     exclusive: bool = True, explained: bool = False) -> dict[str, Any]:
     """The child's answer for ``request`` (family ``key``): from the cache, or compiled once and kept.
 
-    ``exclusive``: wait for other compiles on this machine first (the command line); a server that
-    schedules its own compiles (``dashboard.xla_jobs``) runs as many at once as it is set to.
+    ``exclusive``: wait for other compiles on this machine first, where the engine's cluster is this
+    process's own (the command line); on a shared cluster (``CALC_DASK_SCHEDULER``) the engine orders them.
     ``explained``: a known answer without what fills its peak (``calc.xla.peak``; the shipped plans
     leave it out) is compiled again.
     """
@@ -101,10 +88,10 @@ def compile_request(request: dict[str, Any], key: str, *, timeout_s: float = TIM
         flight = _flights.setdefault((key, batch), threading.Lock())
     with flight:  # a second identical request waits here, then finds the first one's answer
         if (raw := known()) is None:
-            lock = _machine_lock(wait_s) if exclusive else None
+            lock = _machine_lock(wait_s) if exclusive and not shared_cluster() else None
             try:
                 if (raw := known()) is None:  # another process may have compiled it meanwhile
-                    run = runner or (lambda r: _shared_worker().compile(r, timeout_s=timeout_s))
+                    run = runner or (lambda r: run_plan(r, key, timeout_s=timeout_s))
                     raw = run(request)
                     COMPILES.append((key, batch))
                     cache.write_cached(key, batch, raw)

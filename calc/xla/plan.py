@@ -1,8 +1,8 @@
 """XLA's plan of one training step as data: its components in bytes, built from the child's answer.
 
 The plan's numbers are XLA's own buffer assignment of the compiled step, counted as its
-``memory_analysis()`` counts them (``calc.keras.plan.plan_in_process``, run in a child by
-``calc.workers.plans``).
+``memory_analysis()`` counts them (``calc.keras.plan.plan_in_process``, run on a plan worker of
+``calc.cluster``).
 """
 
 from __future__ import annotations

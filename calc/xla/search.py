@@ -4,7 +4,7 @@ The search's steps are the curve's (``calc.xla.curve.PlanCurve.next_search_batch
 starts from every plan already known, tries where the line through them crosses the budget,
 and brackets the answer until a batch that fits and one that does not are compiled within
 ``calc.xla.curve.settle_width`` of each other. The dashboard takes the same steps one compile
-at a time in the background (``dashboard.xla_jobs``); this runs them in a row (the command line).
+at a time in the background (``calc.service``); this runs them in a row (the command line).
 """
 
 from __future__ import annotations
