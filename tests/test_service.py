@@ -352,3 +352,36 @@ def test_a_running_task_past_its_usual_time_says_so_instead_of_a_countdown():
     build = Want.build(make_spec("ResNet50", 160))
     assert progress_text(build, Progress("queued", None, ahead=2, eta_s=31.0)).startswith(
         "Queued: ResNet50 at 160x160, built once (weights=None) for its layer ledger; 2 builds ahead, done in about 31 s")
+
+
+def test_the_queues_run_forward_on_the_cores_the_busy_workers_share(monkeypatch):
+    """Two cores, a compile worker and a build worker: both busy, each runs on a core of its own; with the server
+    using one core, they share the other. Each task's work here: a compile 10 s, a build 4 s."""
+    from calc.service.times import Times, place
+    from calc.service.wants import BuildTask, PlanTask
+
+    times = Times()
+    monkeypatch.setattr(times, "estimate", lambda task, warm: 10.0 if task.work == "plan" else 4.0)
+    p1, p2, b1 = PlanTask(setup(), 8), PlanTask(setup("VGG16"), 8), BuildTask(make_spec("ResNet50", 160))
+    queues, threads = {"plan": [p1, p2], "build": [b1]}, {"plan": 1, "build": 1}
+    quiet = place(queues, {}, threads, times, cores=2, server_cores=0)
+    assert [quiet[t].eta_s for t in (b1, p1, p2)] == [4.0, 10.0, 20.0] and quiet[p2].ahead == 1
+    busy = place(queues, {}, threads, times, cores=2, server_cores=1)
+    # Until the build ends both run at half a core: the build's 4 s of work end at 8 s, when the compile has done
+    # 4 of its 10; its 6 more run at a core of their own.
+    assert [busy[t].eta_s for t in (b1, p1, p2)] == [8.0, 14.0, 24.0]
+    running = place(queues, {p1: 7.0}, threads, times, cores=None)  # a cluster elsewhere: each at its own speed
+    assert running[p1].eta_s == 3.0 and running[p2].eta_s == 13.0
+
+
+def test_a_new_want_is_told_its_place_before_the_engine_has_it(service):
+    """A page's first run shows where its compile stands, though the service's thread hands it over a moment
+    later: the place is where the engine will put it."""
+    fake_work.GATE = threading.Event()
+    first = Want.of(setup("VGG16"), Kind.PLAN, batch=4)
+    service.ask("first", [first])
+    wait_for(lambda: fake_work.CALLS == [4])
+    service.ask("second", [Want.of(setup("MobileNetV2"), Kind.PLAN, batch=16)])
+    third = Want.of(setup("DenseNet121"), Kind.PLAN, batch=24)
+    progress = service.ask("third", [third])[third]
+    assert (progress.state, progress.ahead) == ("queued", 2) and progress.eta_s > 0

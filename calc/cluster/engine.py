@@ -117,6 +117,13 @@ class Engine:
         if workers:
             self.client.restart_workers(workers, timeout=START_TIMEOUT_S, raise_for_error=False)
 
+    def cores(self) -> float | None:
+        """The cores the workers share, where the cluster is this host's own (they run beside the server); None
+        for a cluster elsewhere."""
+        import os
+
+        return float(os.cpu_count() or 1) if self.cluster is not None else None
+
     def threads(self, kind: str) -> int:
         """Threads of the workers that offer ``kind`` (tasks of that kind that can run at once)."""
         info = self.client.scheduler_info(n_workers=-1).get("workers", {})

@@ -81,13 +81,16 @@ def dask_setup(worker: Any) -> None:
 
 
 def follow_nanny() -> None:
-    """A lower CPU priority, and this process ended by the kernel when its parent (the nanny) ends,
-    also by SIGKILL (Linux ``PR_SET_PDEATHSIG``; Dask's own watch needs a Python thread to run, which
-    a compile holding the interpreter can delay)."""
+    """A lower CPU priority, and this process ended by its nanny alone: by the kernel when the nanny's process
+    ends, also by SIGKILL (Linux ``PR_SET_PDEATHSIG``; Dask's own watch needs a Python thread to run, which a
+    compile holding the interpreter can delay), and deaf to the SIGTERM and SIGINT a service manager or a
+    terminal sends the server's whole process group (its nanny would start it again while the server ends)."""
     try:
         os.nice(NICE)
     except OSError:
         pass
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not sys.platform.startswith("linux"):
         return
     import ctypes

@@ -9,7 +9,6 @@ from typing import Any
 
 from calc import xla
 from calc.catalogue import ModelSpec
-from calc.service.times import Times
 from calc.service.wants import BuildTask, Task
 
 COMPILES_ENV = "CALC_XLA_COMPILES"
@@ -56,14 +55,13 @@ def prepare(task: Task) -> tuple[Any, str]:
     return request, f"plan-{family}-{task.batch}"
 
 
-def store(task: Task, answer: dict[str, Any], explain: bool, times: Times) -> str | None:
+def store(task: Task, answer: dict[str, Any], explain: bool) -> str | None:
     """Keeps a task's answer where every page reads it; a failure line where the answer says less than
     its wants asked."""
     from calc.profile_json import profile_from_dict
     from calc.profiles import store_profile
     from calc.xla import cache
 
-    times.record(task, bool(answer.get("warm")), float(answer.get("task_seconds", 0.0)))
     if isinstance(task, BuildTask):
         store_profile(task.spec, profile_from_dict(answer["profile"]))
         return None

@@ -1,27 +1,36 @@
 """How long a build or a compile takes on this cluster, for the pages' "about N s".
 
-Every finished task reports the seconds it ran on its worker. A task's estimate is, in order:
+A task's time has two parts: the work it is (seconds on a core of its own) and the share of a core
+it gets while it runs. On a host of the server's own cluster the workers run at ``nice`` 10 beside the
+server, so they get the cores the server leaves, shared among the busy workers: a task's *speed* is
+``min(1, (cores - the server's cores in use) / busy workers)`` (at least a tenth), sampled by the
+service every round while the task runs. On a cluster elsewhere the cores are not known here, and
+the speed is 1.
+
+Every finished task reports the seconds it ran on its worker; times its average speed, that is its
+work. A task's work is estimated, in order, from:
 
 1. the median of the last ``KEPT`` tasks of the same work and model kind (a catalogue model's
-   name, a KerasHub preset, "file"), on a worker that held the model (warm) or not (cold), timed
-   here;
-2. that model's reference time scaled by this cluster's pace: a compile's reference is the median
-   the shipped plans record for that model (``calc.xla.cache.shipped_seconds``: building and tracing
+   name, a KerasHub preset, "file"), on a worker that held the model (warm) or not (cold);
+2. that model's reference scaled by this cluster's pace: a compile's reference is the median the
+   shipped plans record for that model (``calc.xla.cache.shipped_seconds``: building and tracing
    plus XLA's compile for a cold task, XLA's compile alone for a warm one), a build's the layers of
    the model's shipped ledger; the pace is the median, over the last ``KEPT_PACE`` tasks of that work
-   and warmth timed here, of their seconds over their reference (before any, ``FIRST_PACE``);
+   and warmth, of their work over their reference (before any, ``FIRST_PACE``);
 3. for a model without a reference (a KerasHub preset nobody shipped, a saved file), the median
-   of every task of that work and warmth timed here, else ``FIRST_GUESS_S``.
+   work of every task of that work and warmth, else ``FIRST_GUESS_S``.
 
-The pace follows the host: the same compile took 14 s on a quiet 2-core machine and 40 s while a
-class kept both cores busy, and the estimates after the first few of a busy hour are that hour's.
+``place`` then runs the queues forward: each worker takes its next task when its current one ends,
+and every busy worker runs at the speed the busy workers and the server leave it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import threading
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
@@ -30,11 +39,21 @@ from calc.service.wants import BuildTask, PlanTask, Task
 
 KEPT = 5  # a model's last tasks timed here
 KEPT_PACE = 20  # tasks the pace is read from
-# Before anything is timed here: seconds of a shipped reference second on this host (1.0: the machine
-# that shipped the plans, two cores), and a build's seconds per layer (NASNetLarge's 1,040 layers built
-# in 28-32 s on a busy 2-core machine).
+# Before anything is timed here: a task's work in the shipped references' seconds (1.0: as on the machine
+# that shipped the plans, two cores), and a build's seconds per layer (NASNetLarge's 1,040 layers built in
+# 28-32 s on a busy 2-core machine).
 FIRST_PACE = {"plan": 1.0, "build": 0.03}
 FIRST_GUESS_S = {("plan", False): 45.0, ("plan", True): 15.0, ("build", False): 10.0, ("build", True): 10.0}
+SLOWEST = 0.1  # a busy worker's speed never goes below this share of a core (the kernel's scheduler gives it some)
+
+
+def speed(cores: float | None, busy: int, server_cores: float) -> float:
+    """The share of a core each of ``busy`` workers gets on a host of ``cores`` where the server uses
+    ``server_cores`` (the workers' lower CPU priority leaves the server what it asks for); 1 where the cores are
+    not known (a cluster elsewhere)."""
+    if cores is None or busy <= 0:
+        return 1.0
+    return max(SLOWEST, min(1.0, (cores - server_cores) / busy))
 
 
 @functools.cache
@@ -57,7 +76,7 @@ def reference(task: Task, warm: bool) -> float | None:
 
 
 class Times:
-    """Seconds of the tasks timed on this cluster, and estimates from them (thread-safe)."""
+    """The work of the tasks timed on this cluster, and estimates from it (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -65,17 +84,18 @@ class Times:
         self._pace: dict[tuple[str, bool], deque[float]] = defaultdict(lambda: deque(maxlen=KEPT_PACE))
         self._all: dict[tuple[str, bool], deque[float]] = defaultdict(lambda: deque(maxlen=KEPT_PACE))
 
-    def record(self, task: Task, warm: bool, seconds: float) -> None:
-        """A task of ``task``'s work and model ran ``seconds`` on its worker."""
-        ref = reference(task, warm)
+    def record(self, task: Task, warm: bool, seconds: float, at_speed: float = 1.0) -> None:
+        """A task of ``task``'s work and model ran ``seconds`` on its worker, at ``at_speed`` on average."""
+        work, ref = seconds * at_speed, reference(task, warm)
         with self._lock:
-            self._by_model[(task.work, _model(task), warm)].append(seconds)
-            self._all[(task.work, warm)].append(seconds)
+            self._by_model[(task.work, _model(task), warm)].append(work)
+            self._all[(task.work, warm)].append(work)
             if ref:
-                self._pace[(task.work, warm)].append(seconds / ref)
+                self._pace[(task.work, warm)].append(work / ref)
 
     def estimate(self, task: Task, warm: bool) -> float:
-        """About how many seconds ``task`` runs on a worker here (``warm``: one that holds its model)."""
+        """About how much work ``task`` is: its seconds on a core of its own (``warm``: on a worker that holds
+        its model)."""
         warm = warm and isinstance(task, PlanTask)
         with self._lock:
             mine = self._by_model.get((task.work, _model(task), warm))
@@ -100,6 +120,55 @@ def _model(task: Task) -> str:
     return task.spec.name if isinstance(task, BuildTask) else task.setup.model
 
 
+class Load:
+    """This host's load, sampled by the service each round: the cores the server uses (this process; an
+    average over the last rounds) and the work each running task has done so far, at the speed it got.
+
+    Args:
+        cores: the host's cores where the cluster is this host's own; None for a cluster elsewhere.
+    """
+
+    def __init__(self, cores: float | None) -> None:
+        self.cores = cores
+        self.server_cores = 0.0
+        self._last = (time.monotonic(), _cpu_seconds())
+        self.done: dict[str, float] = {}  # running task key -> its work done so far
+        self._seen: dict[str, float] = {}  # running task key -> when its work was last added (time.time())
+
+    def sample(self, running: dict[str, float]) -> float:
+        """Adds what each running task (key -> when it started, ``time.time()``) has done since the last sample;
+        returns the speed each gets now."""
+        now, cpu = time.monotonic(), _cpu_seconds()
+        if now - self._last[0] >= 1.0:  # the server's share, smoothed over a few seconds
+            share = (cpu - self._last[1]) / (now - self._last[0])
+            self.server_cores = 0.5 * self.server_cores + 0.5 * share
+            self._last = (now, cpu)
+        rate, wall = speed(self.cores, len(running), self.server_cores), time.time()
+        for key, started in running.items():
+            self.done[key] = self.done.get(key, 0.0) + rate * max(0.0, wall - self._seen.get(key, started))
+            self._seen[key] = wall
+        for key in [k for k in self._seen if k not in running]:
+            del self._seen[key]
+            self.done.pop(key, None)
+        return rate
+
+    def speed_now(self, busy: int) -> float:
+        """The speed each of ``busy`` running tasks gets now."""
+        return speed(self.cores, busy, self.server_cores)
+
+    def speed_of(self, key: str, seconds: float) -> float:
+        """The average speed a task that ran ``seconds`` got (the current speed where it was never sampled)."""
+        done = self.done.get(key)
+        if done is None or seconds <= 0:
+            return speed(self.cores, 1, self.server_cores)
+        return max(SLOWEST, min(1.0, done / seconds))
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
 @dataclass(frozen=True)
 class Slot:
     """A queued or running task's place, as the engine's workers will take them."""
@@ -109,18 +178,44 @@ class Slot:
     warm: bool  # its worker holds its model (the task before it on that worker is of the same setup)
 
 
-def place(tasks: list[Task], took: dict[Task, float], threads: int, times: Times) -> dict[Task, Slot]:
-    """Where each of ``tasks`` (one work's, in the order the engine runs them: those running first) stands: a
-    worker's next task starts when its current one ends, and runs what ``times`` estimates (a running one, less
-    the ``took`` seconds it has run, at least a second more); a plan's worker is warm where its last task was of
-    the same setup."""
+@dataclass
+class _Worker:
+    task: Task | None = None
+    left: float = 0.0  # the work left of its task
+    holds: object = None  # the setup whose model it holds
+
+
+def place(queues: dict[str, list[Task]], done: dict[Task, float], threads: dict[str, int], times: Times,
+          cores: float | None = None, server_cores: float = 0.0) -> dict[Task, Slot]:
+    """Where each task of ``queues`` (by work, in the order the engine runs them: those running first) stands
+    and when it ends, the queues run forward: a worker takes its next task when its current one ends (warm where
+    its last task was of the same setup); a task is the work ``times`` estimates, less the work ``done`` of it
+    already (a running one), and every busy worker runs at ``speed(cores, busy workers, server_cores)``."""
     slots: dict[Task, Slot] = {}
-    free: list[tuple[float, object]] = [(0.0, None)] * threads  # (seconds until the worker is free, what it holds)
-    for ahead, task in enumerate(tasks):
-        free.sort(key=lambda f: f[0])
-        at, holds = free[0]
-        warm = isinstance(task, PlanTask) and holds == task.setup
-        end = at + max(1.0, times.estimate(task, warm) - took.get(task, 0.0))
-        free[0] = (end, task.setup if isinstance(task, PlanTask) else None)
-        slots[task] = Slot(ahead, end, warm)
-    return slots
+    waiting = {work: list(tasks) for work, tasks in queues.items()}
+    workers = {work: [_Worker() for _ in range(max(1, threads.get(work, 1)))] for work in queues}
+    ahead = {work: 0 for work in queues}
+    now = 0.0
+    while True:
+        for work, pool in workers.items():
+            for worker in pool:
+                if worker.task is None and waiting[work]:
+                    task = waiting[work].pop(0)
+                    warm = isinstance(task, PlanTask) and worker.holds == task.setup
+                    worker.task = task
+                    worker.left = max(1.0, times.estimate(task, warm) - done.get(task, 0.0))
+                    worker.holds = task.setup if isinstance(task, PlanTask) else None
+                    slots[task] = Slot(ahead[work], 0.0, warm)
+                    ahead[work] += 1
+        busy = [w for pool in workers.values() for w in pool if w.task is not None]
+        if not busy:
+            return slots
+        rate = speed(cores, len(busy), server_cores)
+        step = min(w.left for w in busy) / rate
+        now += step
+        for worker in busy:
+            worker.left -= step * rate
+            if worker.left <= 1e-9:
+                assert worker.task is not None
+                slots[worker.task] = Slot(slots[worker.task].ahead, now, slots[worker.task].warm)
+                worker.task = None

@@ -26,14 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from calc import xla
 from calc.catalogue import ModelSpec
 from calc.hub import HubSpec
+from calc.service.books import Session, Submitted, Wanted
 from calc.service.tasks import build_budget, compiles_enabled, outcome, prepare, priority_of, store
-from calc.service.times import Slot, Times, place
+from calc.service.times import Load, Slot, Times, place
 from calc.service.wants import BuildTask, Kind, PlanTask, Progress, Setup, Task, Want
 from calc.workers.failures import FailureMemory
 from calc.xla.plan import TIMEOUT_S
@@ -46,40 +46,6 @@ MAX_PER_CLIENT = 16  # of those, from one address (a class behind one NAT shares
 CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
 TICK_S = 0.5  # the service's thread looks at the engine this often (and at once when asked)
 CANCEL_GRACE_S = 1.0  # a worker still running a released task this long after is restarted
-
-
-@dataclass
-class _Session:
-    wants: tuple[Want, ...] = ()
-    expires_s: float = 0.0
-    since_s: dict[Want, float] = field(default_factory=dict)  # when each want was first asked
-    client: str = ""  # the visitor's address (``dashboard.xla_step.client_address``)
-
-
-@dataclass
-class _Wanted:
-    """A task some live want needs now."""
-
-    urgency: int
-    since_s: float  # the earliest want behind it was first asked then
-    session: str  # that want's session
-    client: str
-    whats: set[Setup | ModelSpec]  # what the pages behind it redraw when it ends
-    explain: bool = False  # an EXPLAIN want is behind it: a plan without what fills its peak fails it
-
-
-@dataclass
-class _Submitted:
-    """A task handed to the engine."""
-
-    key: str
-    future: Any
-    priority: int
-    seq: int  # submission order here (the engine's order among equal priorities)
-    session: str
-    urgency: int
-    whats: set[Setup | ModelSpec]
-    explain: bool = False
 
 
 class WorkService:
@@ -110,9 +76,9 @@ class WorkService:
         self.timeout_s, self.tick_s = timeout_s, tick_s
         self.times = times or Times()
         self._cond = threading.Condition()
-        self._sessions: dict[str, _Session] = {}
-        self._submitted: dict[Task, _Submitted] = {}
-        self._finished: list[tuple[Task, _Submitted]] = []  # done in the engine, not read yet
+        self._sessions: dict[str, Session] = {}
+        self._submitted: dict[Task, Submitted] = {}
+        self._finished: list[tuple[Task, Submitted]] = []  # done in the engine, not read yet
         self._failed = FailureMemory()
         self._running: dict[str, Any] = {}  # task key -> calc.cluster.engine.Running, as last looked
         self._slots: dict[Task, Slot] = {}
@@ -123,6 +89,8 @@ class WorkService:
         self._restarting: set[str] = set()
         self._held_back: set[Task] = set()  # wanted, but waiting for a place (``max_configs``, ``max_per_client``)
         self._seq = 0
+        self._threads: dict[str, int] = {"plan": 1, "build": 1}  # each work's workers, as last looked
+        self._load = Load(None)
         self._engine: Any = None
         self._engine_error = ""
         self._dirty = False
@@ -143,7 +111,7 @@ class WorkService:
         """
         now = time.monotonic()
         with self._cond:
-            held = self._sessions.setdefault(session, _Session())
+            held = self._sessions.setdefault(session, Session())
             if client is not None:
                 held.client = client
             changed = tuple(wants) != held.wants
@@ -152,6 +120,7 @@ class WorkService:
             if changed and not self._stopped:
                 self._start()
                 self._dirty = True
+                self._slots = self._place(self._wanted(now))  # its place at once, before the engine has it
                 self._cond.notify_all()
             return self._progress(session, now)
 
@@ -239,6 +208,7 @@ class WorkService:
             return False
         self._read_finished()
         running = engine.running() if self._submitted else {}
+        self._load.sample({key: run.started_s for key, run in running.items()})
         with self._cond:
             self._running = running
             releases, submits = self._sync(time.monotonic())
@@ -246,8 +216,10 @@ class WorkService:
             item.future.release()
         self._submit(engine, submits)
         self._restart_stale(engine, running)
+        threads = {work: _threads(engine, work) for work in ("plan", "build")}
         with self._cond:
-            self._slots = self._place(engine)
+            self._threads = threads
+            self._slots = self._place(self._wanted(time.monotonic()))
             self._cond.notify_all()
         return False
 
@@ -255,6 +227,7 @@ class WorkService:
         if self._engine is None and not self._engine_error:
             try:
                 self._engine = self._make_engine()
+                self._load = Load(self._engine.cores())
             except Exception as exc:  # noqa: BLE001 - every page says why, in one line
                 self._engine_error = f"the work engine could not start: {type(exc).__name__}: {exc}"[:300]
         return self._engine
@@ -266,7 +239,7 @@ class WorkService:
         for item in items:
             item.future.release()
 
-    def _live(self, now: float) -> list[tuple[str, _Session]]:
+    def _live(self, now: float) -> list[tuple[str, Session]]:
         for session in [s for s, held in self._sessions.items() if held.expires_s < now or not self._alive(s)]:
             del self._sessions[session]
         return list(self._sessions.items())
@@ -287,7 +260,7 @@ class WorkService:
 
         return want.next_task(self._known, lambda spec: not needs_build(spec))
 
-    def _wanted(self, now: float) -> dict[Task, _Wanted]:
+    def _wanted(self, now: float) -> dict[Task, Wanted]:
         """Every task a live want needs now that has not failed, of at most ``max_configs`` configurations
         and ``max_per_client`` from one client: the engine's holds first, then the most urgent, then the
         earliest asked."""
@@ -299,7 +272,7 @@ class WorkService:
                     continue
                 candidates.append((task not in self._submitted, want.kind.urgency, held.since_s[want], session,
                                    held.client, task, want))
-        wanted: dict[Task, _Wanted] = {}
+        wanted: dict[Task, Wanted] = {}
         configs: set[object] = set()
         per_client: dict[str, set[object]] = {}
         for _, urgency, since, session, client, task, want in sorted(candidates, key=lambda c: c[:3]):
@@ -309,13 +282,13 @@ class WorkService:
                     continue  # waits for a place
                 mine.add(config)
                 configs.add(config)
-            entry = wanted.setdefault(task, _Wanted(urgency, since, session, client, set()))
+            entry = wanted.setdefault(task, Wanted(urgency, since, session, client, set()))
             entry.whats.add(want.what)
             entry.explain = entry.explain or want.kind is Kind.EXPLAIN
         self._held_back = {c[5] for c in candidates} - set(wanted)
         return wanted
 
-    def _sync(self, now: float) -> tuple[list[_Submitted], list[tuple[Task, _Wanted]]]:
+    def _sync(self, now: float) -> tuple[list[Submitted], list[tuple[Task, Wanted]]]:
         """What to release (no live want needs it any more) and what to hand to the engine."""
         wanted = self._wanted(now)
         releases = [self._submitted.pop(task) for task in [t for t in self._submitted if t not in wanted]]
@@ -329,7 +302,7 @@ class WorkService:
                          key=lambda tw: (tw[1].urgency, tw[1].since_s))
         return releases, submits
 
-    def _submit(self, engine: Any, submits: list[tuple[Task, _Wanted]]) -> None:
+    def _submit(self, engine: Any, submits: list[tuple[Task, Wanted]]) -> None:
         for task, want in submits:
             try:
                 arg, key = prepare(task)
@@ -338,35 +311,29 @@ class WorkService:
                     self._failed.remember(task, str(exc), FAILURE_KEPT_S)
                 continue
             with self._cond:
-                turn = sum(1 for s in self._submitted.values() if s.session == want.session and s.urgency == want.urgency)
-                priority = priority_of(want.urgency, turn)
+                priority = priority_of(want.urgency, self._turn(want))
                 if (again := self._released.get(key, 0)):
                     key = f"{key}~{again}"  # a key released here may still be leaving the engine
                 future = engine.submit(self._functions[task.work], arg, key=key, kind=task.work, priority=priority)
                 self._seq += 1
-                self._submitted[task] = _Submitted(key, future, priority, self._seq, want.session, want.urgency,
+                self._submitted[task] = Submitted(key, future, priority, self._seq, want.session, want.urgency,
                                                    set(want.whats), want.explain)
                 self.submitted += 1
-            future.add_done_callback(lambda f, task=task: self._done(task, f))
-
-    def _done(self, task: Task, future: Any) -> None:
-        """The engine's callback when a task's future ends: the service's thread reads it."""
-        with self._cond:
-            item = self._submitted.get(task)
-            if item is not None and item.future is future:
-                del self._submitted[task]
-                self._finished.append((task, item))
-                self._dirty = True
-                self._cond.notify_all()
 
     def _read_finished(self) -> None:
+        """Stores what ended in the engine since the last round (looked at each round: a future's callback would
+        run on the engine's threads, which end before the service's at exit)."""
         with self._cond:
+            for task in [t for t, s in self._submitted.items() if s.future.done()]:
+                self._finished.append((task, self._submitted.pop(task)))
             finished, self._finished = self._finished, []
         grown = []
         for task, item in finished:
             answer, error = outcome(item.future, task)
             if answer is not None:
-                error = store(task, answer, item.explain, self.times)
+                seconds = float(answer.get("task_seconds", 0.0))
+                self.times.record(task, bool(answer.get("warm")), seconds, self._load.speed_of(item.key, seconds))
+                error = store(task, answer, item.explain)
                 if isinstance(task, BuildTask) and answer.get("worker_rss_bytes", 0) > build_budget():
                     grown.append(str(answer.get("worker", "")))  # the next build starts in a fresh worker
             with self._cond:
@@ -379,7 +346,7 @@ class WorkService:
         if grown and self._engine is not None:
             threading.Thread(target=self._restart, args=(self._engine, grown), daemon=True).start()
 
-    def _record_end(self, task: Task, item: _Submitted, answered: bool) -> None:
+    def _record_end(self, task: Task, item: Submitted, answered: bool) -> None:
         if answered:
             self.finished += 1
         for what in item.whats | {task.what}:
@@ -430,23 +397,24 @@ class WorkService:
 
     # --- where each want stands ---------------------------------------------------------------
 
-    def _place(self, engine: Any) -> dict[Task, Slot]:
-        """Each queued or running task's place and end, as the engine's workers take them: by priority, then
-        submission (``calc.service.times.place``)."""
-        running = {t for t, s in self._submitted.items() if s.key in self._running}
-        slots: dict[Task, Slot] = {}
-        wall = time.time()
-        for work in ("plan", "build"):
-            items = sorted(((t, s) for t, s in self._submitted.items() if t.work == work),
-                           key=lambda ts: (ts[0] not in running, -ts[1].priority, ts[1].seq))
-            if items:
-                try:
-                    threads = max(1, engine.threads(work))
-                except Exception:  # noqa: BLE001 - the scheduler is busy: one worker assumed
-                    threads = 1
-                took = {t: wall - self._running[s.key].started_s for t, s in items if s.key in self._running}
-                slots.update(place([t for t, _ in items], took, threads, self.times))
-        return slots
+    def _place(self, wanted: dict[Task, Wanted]) -> dict[Task, Slot]:
+        """Each task's place and end, as the engine's workers will take them: those running, then those in the
+        engine by priority and submission, with those about to be handed over as they will be (``_submit``:
+        by urgency and age, each its session's next turn) (``calc.service.times.place``)."""
+        turns: dict[tuple[str, int], int] = {}
+        order = {t: (s.key not in self._running, -s.priority, s.seq) for t, s in self._submitted.items()}
+        for n, (task, want) in enumerate(sorted(((t, w) for t, w in wanted.items() if t not in self._submitted),
+                                                key=lambda tw: (tw[1].urgency, tw[1].since_s))):
+            turn = turns[(want.session, want.urgency)] = turns.get((want.session, want.urgency), self._turn(want)) + 1
+            order[task] = (True, -priority_of(want.urgency, turn - 1), self._seq + 1 + n)
+        tasks = sorted(order, key=order.__getitem__)
+        queues = {work: [t for t in tasks if t.work == work] for work in ("plan", "build")}
+        done = {t: self._load.done.get(s.key, 0.0) for t, s in self._submitted.items() if s.key in self._running}
+        return place(queues, done, self._threads, self.times, self._load.cores, self._load.server_cores)
+
+    def _turn(self, want: Wanted) -> int:
+        """A task's turn in its session: that session's tasks of its urgency in the engine already."""
+        return sum(1 for s in self._submitted.values() if s.session == want.session and s.urgency == want.urgency)
 
     def _progress(self, session: str, now: float) -> dict[Want, Progress]:
         held = self._sessions[session]
@@ -456,7 +424,7 @@ class WorkService:
             progress[want] = self._where(want, task, held, now)
         return progress
 
-    def _where(self, want: Want, task: Task | None, held: _Session, now: float) -> Progress:
+    def _where(self, want: Want, task: Task | None, held: Session, now: float) -> Progress:
         batch = task.batch if isinstance(task, PlanTask) else None
         step = total = tokens = 0  # a search's compile number, about how many in all, a sequence's length
         if want.kind in (Kind.SEARCH, Kind.SEQUENCE) and want.setup is not None:
@@ -477,22 +445,27 @@ class WorkService:
         item = self._submitted.get(task)
         slot = self._slots.get(task)
         if item is not None and (run := self._running.get(item.key)) is not None:
-            seconds = time.time() - run.started_s
-            usual = self.times.estimate(task, slot.warm if slot else False)
-            return Progress("running", batch, seconds, eta_s=max(0.0, usual - seconds), usual_s=usual, step=step,
-                            steps=total, tokens=tokens)
+            seconds, work = time.time() - run.started_s, self.times.estimate(task, slot.warm if slot else False)
+            left = slot.eta_s if slot is not None and self._load.done.get(item.key, 0.0) < work else 0.0
+            usual = seconds + left if left else work / self._load.speed_now(len(self._running))
+            return Progress("running", batch, seconds, eta_s=left, usual_s=usual, step=step, steps=total, tokens=tokens)
         if item is not None or task not in self._held_back:
-            if slot is None:  # not placed yet (handed over this very moment): after those placed
-                ahead = sum(1 for t in self._slots if t.work == task.work)
-                last = max((s.eta_s for t, s in self._slots.items() if t.work == task.work), default=0.0)
-                slot = Slot(ahead, last + self.times.estimate(task, False), False)
+            slot = slot or Slot(0, 0.0, False)
             return Progress("queued", batch, ahead=slot.ahead, eta_s=slot.eta_s, step=step, steps=total, tokens=tokens)
         return self._refused(batch, held)
 
-    def _refused(self, batch: int | None, held: _Session) -> Progress:
+    def _refused(self, batch: int | None, held: Session) -> Progress:
         mine = {w.what for other in self._sessions.values() if other.client == held.client for w in other.wants}
         if len(mine) > self.max_per_client:
             return Progress("refused", batch, held_by="client", count=len(mine), message=(
                 f"this address has {len(mine)} configurations waiting; this one waits for one of them"))
         return Progress("refused", batch, held_by="server", count=self.max_configs, message=(
             f"the server's queue is full ({self.max_configs} configurations waiting); this one waits for a place"))
+
+
+def _threads(engine: Any, work: str) -> int:
+    """The workers of ``work`` (at least one: a task waits for one to come)."""
+    try:
+        return max(1, engine.threads(work))
+    except Exception:  # noqa: BLE001 - the scheduler is busy: as many as last time would do, one is safe
+        return 1
