@@ -86,6 +86,9 @@ CONFIGS = (
     ("EfficientNetV2B0", 144, 32, "adam", "mixed_float16", "h100-80", ""),
 )
 NEWCOMER = ("MobileNetV2", 200, 24, "adam", "float32", "a10", "")
+# --small: four visitors with quick models (the test in CI), two of them leaving, and the same newcomer.
+SMALL = (("MobileNetV2", 104, 16, "sgd", "float32", "t4", ""), ("MobileNet", 112, 32, "adam", "float32", "l4", ""),
+         ("MobileNetV3Small", 120, 32, "sgd", "float32", "a10", ""), ("MobileNetV2", 88, 8, "adam", "float32", "t4", ""))
 SOLO = (("MobileNetV2", 120, 16, "sgd", "float32", "t4", ""), ("ResNet50", 136, 16, "adam", "float32", "l4", ""),
         ("EfficientNetB0", 152, 16, "sgd", "float32", "a10", ""))
 ESTIMATE = re.compile(r"(?:done in about|about) ([\d,]+) s(?: left)?")
@@ -152,9 +155,9 @@ async def solo(url: str, n: int, timeout: float) -> list[float]:
 
 
 async def storm(url: str, args) -> dict:
-    configs = CONFIGS[:args.visitors]
+    configs = SMALL if args.small else CONFIGS[:args.visitors]
     tabs = [Tab(url, link(c), f"10.0.{i // 200}.{i % 200 + 1}") for i, c in enumerate(configs)]
-    stays = [i % 2 == 0 or c[0] == "NASNetLarge" for i, c in enumerate(configs)]
+    stays = [i % 2 == 0 or c[0] == "NASNetLarge" for i, c in enumerate(configs)]  # the odd ones leave
     deadline = time.monotonic() + args.timeout
     runs = [asyncio.create_task(visit(t, deadline, stay)) for t, stay in zip(tabs, stays)]
     await asyncio.sleep(args.newcomer_after)
@@ -272,7 +275,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--solo", type=int, default=3, choices=range(0, len(SOLO) + 1), metavar="N")
     p.add_argument("--newcomer-after", type=float, default=25.0)
     p.add_argument("--timeout", type=float, default=2400.0, help="seconds the storm may take")
+    p.add_argument("--small", action="store_true", help="four visitors with quick models (--visitors is ignored)")
     args = p.parse_args()
+    if args.small:
+        args.visitors = len(SMALL)
     if not 60 <= args.timeout <= 7200 or not 0 <= args.newcomer_after <= 600:
         p.error("--timeout must be 60..7200 s and --newcomer-after 0..600 s")
     return args

@@ -37,7 +37,7 @@ over from one turn does not slow the next.
    cores the server's process tree uses 15 s after everyone left (a compile nobody waits for runs
    near one core).
 6. hostile: the floods of a hostile visitor at once, each tab from its own address (an
-   ``X-Forwarded-For`` the server trusts from loopback, as behind the documented proxy): a newcomer
+   ``X-Forwarded-For`` the server trusts from loopback with ``CALC_TRUSTED_PROXY=127.0.0.1``, as behind the documented proxy): a newcomer
    opens a new configuration on the quiet server (as in flood); then a tab opens the link that once
    held the only worker for 16 minutes (``HEAVY_LINK``: NASNetLarge at 8192 px, full remat, on a
    B200) and stays; once its page is drawn and its compile has run 10 s, 8 tabs ask VGG16 at 540-547
@@ -619,7 +619,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     roots = {"this checkout": ROOT, **({"baseline": os.path.abspath(args.baseline_app)} if args.baseline_app else {})}
-    os.environ["CALC_XLA_COMPILES"] = "on"  # the servers inherit it
+    # The servers inherit both: compiles on, and each tab's X-Forwarded-For believed from loopback, as from the proxy.
+    os.environ.update(CALC_XLA_COMPILES="on", CALC_TRUSTED_PROXY="127.0.0.1")
     workdir, servers, errors = tempfile.mkdtemp(prefix="calc-xla-visitors-"), {}, []
     result: dict = {"checkouts": roots, "timeout_s": args.timeout, "scenarios": {}, "cpu_count": os.cpu_count()}
     turns = sum(1 for g in GROUPS if set(g) & args.only) * len(roots)

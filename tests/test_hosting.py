@@ -597,3 +597,28 @@ def test_the_client_is_the_peer_and_behind_the_named_proxy_the_address_that_prox
     assert seen_from("203.0.113.5", "1.2.3.4") == "203.0.113.5"  # a peer that is not the proxy: its header ignored
     assert seen_from("127.0.0.1") == "127.0.0.1"
     assert seen_from(None) == ""
+
+
+@pytest.mark.keras
+@pytest.mark.server
+def test_a_small_class_through_a_cluster_of_separate_processes():
+    """The class storm's small version through a scheduler and two workers started as docs/HOSTING.md starts
+    them (``python -m calc.cluster``): four visitors open new configurations at once, two leave after their first
+    page, a newcomer comes; every page is drawn at once, every plan of those who stayed finishes, nothing they
+    wanted is stopped, and no page or log has an error."""
+    import json
+    import subprocess
+    import sys
+
+    from calc import xla
+
+    if xla.unavailable_reason() is not None:
+        pytest.skip(xla.unavailable_reason())
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "class_storm.py"), "--cluster", "processes",
+                           "--small", "--solo", "0", "--newcomer-after", "5", "--timeout", "900"],
+                          capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert done.returncode == 0 and result["errors"] == 0, done.stdout[-3000:]
+    summary = result["summary"]
+    assert summary["stayed"] == 3 and summary["plans_finished"] == 3  # two who stayed and the newcomer
+    assert summary["first_page_max_s"] < 15 and result["stopped_while_wanted"] == 0

@@ -90,6 +90,11 @@ class Engine:
         if address is None:
             self.cluster = own_cluster(workers or own_workers())
         self.client = Client(address or self.cluster, timeout=START_TIMEOUT_S, set_as_default=False)
+        self._before_close: list[Callable[[], None]] = []
+
+    def before_close(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs when the engine closes, before its client and cluster do (a service's shutdown)."""
+        self._before_close.append(callback)
 
     def submit(self, fn: Callable[[Any], Any], arg: Any, *, key: str, kind: str, priority: int) -> Any:
         """``fn(arg)`` on a worker of ``kind``, as task ``key`` with ``priority`` (higher first; among equals,
@@ -130,6 +135,8 @@ class Engine:
         return sum(int(w.get("nthreads", 1)) for w in info.values() if w.get("resources", {}).get(kind))
 
     def close(self) -> None:
+        for callback in self._before_close:
+            callback()
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()

@@ -44,6 +44,9 @@ FAILURE_KEPT_S = 1800.0  # a task that failed is not tried again for this long
 MAX_CONFIGS = 32  # configurations with tasks in the engine, server-wide (a class of thirty); past it one waits
 MAX_PER_CLIENT = 16  # of those, from one address (a class behind one NAT shares one)
 CURVE_KEPT_S = 5.0  # a configuration's plans are read from disk again after this long
+# The slowest catalogue builds (EfficientNetB7, NASNetLarge: 800-1,000 layers) took 28-32 s on a busy 2-core
+# machine: a build past this is stopped, so that those queued behind it on the build worker wait at most this long.
+BUILD_TIMEOUT_S = 180.0
 TICK_S = 0.5  # the service's thread looks at the engine this often (and at once when asked)
 CANCEL_GRACE_S = 1.0  # a worker still running a released task this long after is restarted
 
@@ -55,7 +58,8 @@ class WorkService:
         engine: makes the engine (``calc.cluster.engine``); called once, by the service's thread.
         functions: the work a task of each kind runs on a worker (``calc.cluster.worker``'s; tests fake it).
         lease_s, max_configs, max_per_client: as the module says.
-        timeout_s: a task running longer is stopped (its worker restarted) and fails.
+        timeout_s: a compile running longer is stopped (its worker restarted) and fails; a build, past
+            ``BUILD_TIMEOUT_S`` (or ``timeout_s`` where that is shorter).
         times: this host's task times (``calc.service.times.Times``).
     """
 
@@ -73,7 +77,7 @@ class WorkService:
         self._make_engine = engine
         self._functions = functions
         self.lease_s, self.max_configs, self.max_per_client = lease_s, max_configs, max_per_client
-        self.timeout_s, self.tick_s = timeout_s, tick_s
+        self.timeout_s, self.tick_s = {"plan": timeout_s, "build": min(timeout_s, BUILD_TIMEOUT_S)}, tick_s
         self.times = times or Times()
         self._cond = threading.Condition()
         self._sessions: dict[str, Session] = {}
@@ -162,15 +166,20 @@ class WorkService:
                 self._cond.wait(0.1)
         return True
 
-    def shutdown(self, wait_s: float = 5.0) -> None:
-        """Releases every task and stops the service's thread (the engine closes with the process)."""
+    def shutdown(self, wait_s: float = 15.0) -> None:
+        """Releases every task, stops the service's thread and waits for the restarts it began, up to ``wait_s``
+        (the engine closes after it: ``calc.cluster.engine.Engine.close``)."""
+        deadline = time.monotonic() + wait_s
         with self._cond:
             self._stopped = True
             self._sessions.clear()
             self._cond.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(wait_s)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            while self._restarting and time.monotonic() < deadline:
+                self._cond.wait(0.1)
 
     # --- the service's thread ----------------------------------------------------------------
 
@@ -227,6 +236,7 @@ class WorkService:
         if self._engine is None and not self._engine_error:
             try:
                 self._engine = self._make_engine()
+                self._engine.before_close(self.shutdown)  # the tasks released and restarts done first
                 self._load = Load(self._engine.cores())
             except Exception as exc:  # noqa: BLE001 - every page says why, in one line
                 self._engine_error = f"the work engine could not start: {type(exc).__name__}: {exc}"[:300]
@@ -344,7 +354,7 @@ class WorkService:
             grown = sorted(set(filter(None, grown)) - self._restarting)
             self._restarting |= set(grown)
         if grown and self._engine is not None:
-            threading.Thread(target=self._restart, args=(self._engine, grown), daemon=True).start()
+            self._restart_later(self._engine, grown)
 
     def _record_end(self, task: Task, item: Submitted, answered: bool) -> None:
         if answered:
@@ -368,10 +378,10 @@ class WorkService:
                 if run.state == "cancelled" and now - run.started_s > CANCEL_GRACE_S:
                     stale.add(run.worker)
                     LOG.info("restarting %s: it runs %s, which nobody wants any more", run.worker, key)
-                elif key in by_key and now - run.started_s > self.timeout_s:
+                elif key in by_key and now - run.started_s > (limit := self.timeout_s[by_key[key][0].work]):
                     task, item = by_key[key]
-                    self._failed.remember(task, f"it ran past {self.timeout_s:.0f} s and was stopped", FAILURE_KEPT_S)
-                    LOG.warning("stopped a wanted task: %s ran past %.0f s", key, self.timeout_s)
+                    self._failed.remember(task, f"it ran past {limit:.0f} s and was stopped", FAILURE_KEPT_S)
+                    LOG.warning("stopped a wanted task: %s ran past %.0f s", key, limit)
                     del self._submitted[task]
                     self._note_released(item.key)
                     self.stopped_wanted += 1
@@ -381,19 +391,27 @@ class WorkService:
             stale -= self._restarting
             self._restarting |= stale
         if stale:
-            threading.Thread(target=self._restart, args=(engine, sorted(stale)), daemon=True).start()
+            self._restart_later(engine, sorted(stale))
 
     def _note_released(self, key: str) -> None:
         self._released[key] = self._released.get(key, 0) + 1
         while len(self._released) > 4096:
             self._released.pop(next(iter(self._released)))
 
-    def _restart(self, engine: Any, workers: list[str]) -> None:
-        try:
-            engine.restart(workers)
-        finally:
-            with self._cond:
-                self._restarting -= set(workers)
+    def _restart_later(self, engine: Any, workers: list[str]) -> None:
+        """Restarts ``workers`` in a thread of its own (a restart takes seconds; the rounds go on meanwhile)."""
+        def restart() -> None:
+            try:
+                engine.restart(workers)
+            except Exception as exc:  # noqa: BLE001 - the engine is closing: the workers go with it
+                LOG.warning("restarting %s did not finish: %s: %s", workers, type(exc).__name__, exc)
+            finally:
+                with self._cond:
+                    self._restarting -= set(workers)
+                    self._cond.notify_all()
+
+        thread = threading.Thread(target=restart, name="calc-work-restart", daemon=True)
+        thread.start()
 
     # --- where each want stands ---------------------------------------------------------------
 
