@@ -25,8 +25,8 @@ first metric labelled ``Planned peak (XLA``), and the first estimate the page ga
 "about N s left") against when the number came: the estimate's ratio (actual / estimated, from the moment
 it was shown). Reported: first page p50, p95 and max; time to XLA's number p50 and max of those who stayed;
 plans finished; compiles stopped while a visitor still wanted them (the service's log says each one);
-estimates within 1.5x; the process tree's largest resident size. Prints one ``RESULT {json}`` line; exits
-1 on an error (an exception or ``st.error`` on a page, a traceback in the server's log).
+estimates within 1.5x; the cores the server process itself used during the storm; the process tree's largest
+resident size. Prints one ``RESULT {json}`` line; exits 1 on an error (an exception or ``st.error`` on a page, a traceback in the server's log).
 """
 
 from __future__ import annotations
@@ -241,11 +241,21 @@ async def run(url: str, server: subprocess.Popen, args) -> dict:
     peaks: dict = {}
     done = asyncio.Event()
     watcher = asyncio.create_task(watch_memory(server.pid, peaks, done))
+    cpu, started = server_cpu_s(server.pid), time.monotonic()
     out = await storm(url, args)
+    server_cores = (server_cpu_s(server.pid) - cpu) / (time.monotonic() - started)
     done.set()
     await watcher
-    out.update(solo_s=[_r(s) for s in solo_s], tree_peak_gib=round(peaks.get("tree", 0) / 2**30, 2))
+    out.update(solo_s=[_r(s) for s in solo_s], tree_peak_gib=round(peaks.get("tree", 0) / 2**30, 2),
+               server_cores=round(server_cores, 2))
     return out
+
+
+def server_cpu_s(pid: int) -> float:
+    """The server process's own CPU seconds (its threads: the pages, the work service, its own cluster's
+    scheduler; not its workers, which are processes of their own)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(result: dict, args) -> None:
@@ -264,7 +274,8 @@ def report(result: dict, args) -> None:
     print(f"compiles stopped while wanted: {result['stopped_while_wanted']}")
     print(f"estimates within 1.5x: {s['estimates_within_1_5x']} of {s['estimates']} (actual / estimated: median "
           f"{s['estimate_ratio_median']}, {s['estimate_ratio_min']} to {s['estimate_ratio_max']})")
-    print(f"process tree at most {result['tree_peak_gib']} GiB; errors: {result['errors']}")
+    print(f"the server process itself used {result.get('server_cores')} cores during the storm; process tree at "
+          f"most {result['tree_peak_gib']} GiB; errors: {result['errors']}")
 
 
 def parse_args() -> argparse.Namespace:

@@ -356,21 +356,30 @@ def test_a_running_task_past_its_usual_time_says_so_instead_of_a_countdown():
 
 def test_the_queues_run_forward_on_the_cores_the_busy_workers_share(monkeypatch):
     """Two cores, a compile worker and a build worker: both busy, each runs on a core of its own; with the server
-    using one core, they share the other. Each task's work here: a compile 10 s, a build 4 s."""
-    from calc.service.times import Times, place
+    using one core of that host, they share the other; on another host, the server's share is not theirs. Each
+    task's work here: a compile 10 s, a build 4 s."""
+    from calc.cluster.engine import WorkerSlot
+    from calc.service.times import Load, Times, place
     from calc.service.wants import BuildTask, PlanTask
 
-    times = Times()
+    times, load = Times(), Load()
     monkeypatch.setattr(times, "estimate", lambda task, warm: 10.0 if task.work == "plan" else 4.0)
     p1, p2, b1 = PlanTask(setup(), 8), PlanTask(setup("VGG16"), 8), BuildTask(make_spec("ResNet50", 160))
-    queues, threads = {"plan": [p1, p2], "build": [b1]}, {"plan": 1, "build": 1}
-    quiet = place(queues, {}, threads, times, cores=2, server_cores=0)
+    queues = {"plan": [p1, p2], "build": [b1]}
+
+    def host(here, cores=2.0):
+        return [WorkerSlot("tcp://a:1", "plan", "a", 1, cores, here), WorkerSlot("tcp://a:2", "build", "a", 1, cores, here)]
+
+    quiet = place(queues, {}, host(True), times, load)
     assert [quiet[t].eta_s for t in (b1, p1, p2)] == [4.0, 10.0, 20.0] and quiet[p2].ahead == 1
-    busy = place(queues, {}, threads, times, cores=2, server_cores=1)
+    load.server_cores = 1.0
+    busy = place(queues, {}, host(True), times, load)
     # Until the build ends both run at half a core: the build's 4 s of work end at 8 s, when the compile has done
     # 4 of its 10; its 6 more run at a core of their own.
     assert [busy[t].eta_s for t in (b1, p1, p2)] == [8.0, 14.0, 24.0]
-    running = place(queues, {p1: 7.0}, threads, times, cores=None)  # a cluster elsewhere: each at its own speed
+    elsewhere = place(queues, {}, host(False), times, load)
+    assert [elsewhere[t].eta_s for t in (b1, p1, p2)] == [4.0, 10.0, 20.0]
+    running = place(queues, {p1: 7.0}, host(False, cores=None), times, load, {p1: "tcp://a:1"})
     assert running[p1].eta_s == 3.0 and running[p2].eta_s == 13.0
 
 
@@ -385,3 +394,27 @@ def test_a_new_want_is_told_its_place_before_the_engine_has_it(service):
     third = Want.of(setup("DenseNet121"), Kind.PLAN, batch=24)
     progress = service.ask("third", [third])[third]
     assert (progress.state, progress.ahead) == ("queued", 2) and progress.eta_s > 0
+
+
+def test_two_server_replicas_on_one_cluster_share_one_compile_and_each_gets_the_plan(engine):
+    """Two replicas (two services, each with its own visitors) ask for the same plan: one task in the engine,
+    whose answer each stores; one replica's visitor leaving does not stop the other's compile."""
+    from calc.cluster.engine import Engine
+
+    fake_work.GATE = threading.Event()
+    other = Engine(engine.client.scheduler.address)  # the second replica's own client of the same scheduler
+    first, second = make(engine, tick_s=0.05), make(other, tick_s=0.05)
+    try:
+        want = Want.of(setup("Xception", 160), Kind.PLAN, batch=12)
+        first.ask("a", [want])
+        second.ask("b", [want])
+        wait_for(lambda: fake_work.CALLS == [12] and first.pending() == second.pending() == 1)
+        first.leave("a")  # its visitor left: the other replica still wants the plan
+        time.sleep(0.5)
+        fake_work.GATE.set()
+        keep_asking(second, {"b": [want]}, lambda p: p[want].state == "done")
+        assert fake_work.CALLS == [12] and want.setup.known().plans[12].peak_bytes > 0
+    finally:
+        first.shutdown()
+        second.shutdown()
+        other.client.close()

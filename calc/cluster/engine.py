@@ -25,6 +25,7 @@ Nothing here knows who wants what (``calc.service`` does).
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -63,6 +64,31 @@ def worker_options(kind: str, memory_limit: int, host: str = "127.0.0.1", quiet:
 
 
 @dataclass(frozen=True)
+class WorkerSlot:
+    """One worker of the cluster, as the service's estimates see it."""
+
+    address: str
+    kind: str  # the resource it offers (``calc.cluster.settings.KINDS``), "" for none of them
+    host: str
+    threads: int
+    cores: float | None  # its host's cores (``os.cpu_count`` there), None until it answered
+    here: bool  # its host is this machine: this process shares its cores
+
+
+@functools.cache
+def _here() -> frozenset[str]:
+    """This machine's addresses, as a worker's host may read."""
+    import socket
+
+    names = {"127.0.0.1", "localhost", "::1", socket.gethostname()}
+    try:
+        names |= set(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
 class Running:
     """A task a worker is executing now."""
 
@@ -91,6 +117,7 @@ class Engine:
             self.cluster = own_cluster(workers or own_workers())
         self.client = Client(address or self.cluster, timeout=START_TIMEOUT_S, set_as_default=False)
         self._before_close: list[Callable[[], None]] = []
+        self._cores: dict[str, object] = {}  # worker address -> its host's cores, as it answered
 
     def before_close(self, callback: Callable[[], None]) -> None:
         """``callback()`` runs when the engine closes, before its client and cluster do (a service's shutdown)."""
@@ -122,17 +149,26 @@ class Engine:
         if workers:
             self.client.restart_workers(workers, timeout=START_TIMEOUT_S, raise_for_error=False)
 
-    def cores(self) -> float | None:
-        """The cores the workers share, where the cluster is this host's own (they run beside the server); None
-        for a cluster elsewhere."""
+    def workers(self) -> list[WorkerSlot]:
+        """Every worker now: its kind, its host and that host's cores (asked of a worker once), and whether the
+        host is this machine's (where this process takes its share of the cores)."""
         import os
 
-        return float(os.cpu_count() or 1) if self.cluster is not None else None
-
-    def threads(self, kind: str) -> int:
-        """Threads of the workers that offer ``kind`` (tasks of that kind that can run at once)."""
         info = self.client.scheduler_info(n_workers=-1).get("workers", {})
-        return sum(int(w.get("nthreads", 1)) for w in info.values() if w.get("resources", {}).get(kind))
+        new = [address for address in info if address not in self._cores]
+        if new:
+            try:
+                self._cores.update(self.client.run(os.cpu_count, workers=new, on_error="return", nanny=False))
+            except Exception:  # noqa: BLE001 - asked again next time
+                pass
+        slots = []
+        for address, worker in info.items():
+            kinds = [k for k in KINDS if worker.get("resources", {}).get(k)]
+            cores = self._cores.get(address)
+            host = str(worker.get("host", ""))
+            slots.append(WorkerSlot(address, kinds[0] if kinds else "", host, int(worker.get("nthreads", 1)),
+                                    float(cores) if isinstance(cores, int) else None, host in _here()))
+        return slots
 
     def close(self) -> None:
         for callback in self._before_close:

@@ -31,8 +31,9 @@ import os
 import statistics
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
+from typing import Any
 
 from calc.catalogue import CATALOGUE, make_spec
 from calc.service.wants import BuildTask, PlanTask, Task
@@ -121,46 +122,48 @@ def _model(task: Task) -> str:
 
 
 class Load:
-    """This host's load, sampled by the service each round: the cores the server uses (this process; an
-    average over the last rounds) and the work each running task has done so far, at the speed it got.
+    """What the service samples of the cluster each round: the cores this process uses (an average over the last
+    rounds; it shares the cores of the workers on its own host) and, for each running task, the work it has done
+    so far and the speed it gets now."""
 
-    Args:
-        cores: the host's cores where the cluster is this host's own; None for a cluster elsewhere.
-    """
-
-    def __init__(self, cores: float | None) -> None:
-        self.cores = cores
+    def __init__(self) -> None:
         self.server_cores = 0.0
         self._last = (time.monotonic(), _cpu_seconds())
         self.done: dict[str, float] = {}  # running task key -> its work done so far
+        self.rate: dict[str, float] = {}  # running task key -> its speed now
         self._seen: dict[str, float] = {}  # running task key -> when its work was last added (time.time())
 
-    def sample(self, running: dict[str, float]) -> float:
-        """Adds what each running task (key -> when it started, ``time.time()``) has done since the last sample;
-        returns the speed each gets now."""
+    def sample(self, running: dict[str, tuple[float, str]], workers: list[Any]) -> None:
+        """Adds what each running task (key -> when it started, ``time.time()``, and its worker's address) has done
+        since the last sample, at the speed its host's busy workers share (``workers``:
+        ``calc.cluster.engine.WorkerSlot``)."""
         now, cpu = time.monotonic(), _cpu_seconds()
-        if now - self._last[0] >= 1.0:  # the server's share, smoothed over a few seconds
+        if now - self._last[0] >= 1.0:  # this process's share, smoothed over a few seconds
             share = (cpu - self._last[1]) / (now - self._last[0])
             self.server_cores = 0.5 * self.server_cores + 0.5 * share
             self._last = (now, cpu)
-        rate, wall = speed(self.cores, len(running), self.server_cores), time.time()
-        for key, started in running.items():
+        by_address = {w.address: w for w in workers}
+        busy = Counter(by_address[a].host for _, a in running.values() if a in by_address)
+        wall = time.time()
+        for key, (started, address) in running.items():
+            worker = by_address.get(address)
+            rate = 1.0 if worker is None else self.speed_on(worker.cores, worker.here, busy[worker.host])
             self.done[key] = self.done.get(key, 0.0) + rate * max(0.0, wall - self._seen.get(key, started))
-            self._seen[key] = wall
+            self.rate[key], self._seen[key] = rate, wall
         for key in [k for k in self._seen if k not in running]:
             del self._seen[key]
             self.done.pop(key, None)
-        return rate
+            self.rate.pop(key, None)
 
-    def speed_now(self, busy: int) -> float:
-        """The speed each of ``busy`` running tasks gets now."""
-        return speed(self.cores, busy, self.server_cores)
+    def speed_on(self, cores: float | None, here: bool, busy: int) -> float:
+        """The speed of each of ``busy`` workers on a host of ``cores`` (this machine, ``here``: less this process's)."""
+        return speed(cores, busy, self.server_cores if here else 0.0)
 
     def speed_of(self, key: str, seconds: float) -> float:
-        """The average speed a task that ran ``seconds`` got (the current speed where it was never sampled)."""
+        """The average speed a task that ran ``seconds`` got (its last speed where it was sampled too little)."""
         done = self.done.get(key)
         if done is None or seconds <= 0:
-            return speed(self.cores, 1, self.server_cores)
+            return self.rate.get(key, 1.0)
         return max(SLOWEST, min(1.0, done / seconds))
 
 
@@ -180,42 +183,61 @@ class Slot:
 
 @dataclass
 class _Worker:
+    work: str
+    address: str
+    host: str
+    cores: float | None
+    here: bool
     task: Task | None = None
     left: float = 0.0  # the work left of its task
     holds: object = None  # the setup whose model it holds
 
 
-def place(queues: dict[str, list[Task]], done: dict[Task, float], threads: dict[str, int], times: Times,
-          cores: float | None = None, server_cores: float = 0.0) -> dict[Task, Slot]:
+def place(queues: dict[str, list[Task]], done: dict[Task, float], workers: list[Any], times: Times, load: Load,
+          running_on: dict[Task, str] | None = None) -> dict[Task, Slot]:
     """Where each task of ``queues`` (by work, in the order the engine runs them: those running first) stands
-    and when it ends, the queues run forward: a worker takes its next task when its current one ends (warm where
-    its last task was of the same setup); a task is the work ``times`` estimates, less the work ``done`` of it
-    already (a running one), and every busy worker runs at ``speed(cores, busy workers, server_cores)``."""
-    slots: dict[Task, Slot] = {}
+    and when it ends, the queues run forward on ``workers`` (``calc.cluster.engine.WorkerSlot``; a work without a
+    worker yet gets one, at full speed): a running task stays on its worker (``running_on``: its address), a
+    worker takes the next task of its work when its current one ends (warm where its last task was of the same
+    setup); a task is the work ``times`` estimates, less the work ``done`` of it already, and the busy workers of
+    a host share its cores (``Load.speed_on``)."""
+    running_on = running_on or {}
+    sims = [_Worker(w.kind, w.address, w.host, w.cores, w.here) for w in workers for _ in range(w.threads)
+            if w.kind in queues]
+    sims += [_Worker(work, "", "", None, False) for work in queues if not any(s.work == work for s in sims)]
     waiting = {work: list(tasks) for work, tasks in queues.items()}
-    workers = {work: [_Worker() for _ in range(max(1, threads.get(work, 1)))] for work in queues}
-    ahead = {work: 0 for work in queues}
+    slots: dict[Task, Slot] = {}
+    ahead = dict.fromkeys(queues, 0)
     now = 0.0
+
+    def take(sim: _Worker, task: Task) -> None:
+        warm = isinstance(task, PlanTask) and sim.holds == task.setup
+        sim.task, sim.left = task, max(1.0, times.estimate(task, warm) - done.get(task, 0.0))
+        sim.holds = task.setup if isinstance(task, PlanTask) else None
+        slots[task] = Slot(ahead[sim.work], 0.0, warm)
+        ahead[sim.work] += 1
+
+    for work, tasks in waiting.items():  # those running, on their own workers
+        while tasks and tasks[0] in running_on:
+            sim = next((s for s in sims if s.work == work and s.task is None and s.address == running_on[tasks[0]]),
+                       next((s for s in sims if s.work == work and s.task is None), None))
+            if sim is None:
+                break
+            take(sim, tasks.pop(0))
     while True:
-        for work, pool in workers.items():
-            for worker in pool:
-                if worker.task is None and waiting[work]:
-                    task = waiting[work].pop(0)
-                    warm = isinstance(task, PlanTask) and worker.holds == task.setup
-                    worker.task = task
-                    worker.left = max(1.0, times.estimate(task, warm) - done.get(task, 0.0))
-                    worker.holds = task.setup if isinstance(task, PlanTask) else None
-                    slots[task] = Slot(ahead[work], 0.0, warm)
-                    ahead[work] += 1
-        busy = [w for pool in workers.values() for w in pool if w.task is not None]
+        for sim in sims:
+            if sim.task is None and waiting[sim.work]:
+                take(sim, waiting[sim.work].pop(0))
+        busy = [s for s in sims if s.task is not None]
         if not busy:
             return slots
-        rate = speed(cores, len(busy), server_cores)
-        step = min(w.left for w in busy) / rate
+        per_host = Counter(s.host for s in busy)
+        rates = [load.speed_on(s.cores, s.here, per_host[s.host]) for s in busy]
+        step = min(s.left / r for s, r in zip(busy, rates))
         now += step
-        for worker in busy:
-            worker.left -= step * rate
-            if worker.left <= 1e-9:
-                assert worker.task is not None
-                slots[worker.task] = Slot(slots[worker.task].ahead, now, slots[worker.task].warm)
-                worker.task = None
+        for sim, rate in zip(busy, rates):
+            sim.left -= step * rate
+            if sim.left <= 1e-9:
+                assert sim.task is not None
+                slots[sim.task] = Slot(slots[sim.task].ahead, now, slots[sim.task].warm)
+                sim.task = None

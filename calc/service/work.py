@@ -93,8 +93,8 @@ class WorkService:
         self._restarting: set[str] = set()
         self._held_back: set[Task] = set()  # wanted, but waiting for a place (``max_configs``, ``max_per_client``)
         self._seq = 0
-        self._threads: dict[str, int] = {"plan": 1, "build": 1}  # each work's workers, as last looked
-        self._load = Load(None)
+        self._workers: list[Any] = []  # the engine's workers (calc.cluster.engine.WorkerSlot), as last looked
+        self._load = Load()
         self._engine: Any = None
         self._engine_error = ""
         self._dirty = False
@@ -126,7 +126,7 @@ class WorkService:
                 self._dirty = True
                 self._slots = self._place(self._wanted(now))  # its place at once, before the engine has it
                 self._cond.notify_all()
-            return self._progress(session, now)
+            return self._progress(held, now)  # its tab may be gone meanwhile: its wants are still answered
 
     def leave(self, session: str) -> None:
         """The session wants nothing any more (it is closing)."""
@@ -217,7 +217,8 @@ class WorkService:
             return False
         self._read_finished()
         running = engine.running() if self._submitted else {}
-        self._load.sample({key: run.started_s for key, run in running.items()})
+        workers = _workers(engine, self._workers)
+        self._load.sample({key: (run.started_s, run.worker) for key, run in running.items()}, workers)
         with self._cond:
             self._running = running
             releases, submits = self._sync(time.monotonic())
@@ -225,9 +226,8 @@ class WorkService:
             item.future.release()
         self._submit(engine, submits)
         self._restart_stale(engine, running)
-        threads = {work: _threads(engine, work) for work in ("plan", "build")}
         with self._cond:
-            self._threads = threads
+            self._workers = workers
             self._slots = self._place(self._wanted(time.monotonic()))
             self._cond.notify_all()
         return False
@@ -237,7 +237,6 @@ class WorkService:
             try:
                 self._engine = self._make_engine()
                 self._engine.before_close(self.shutdown)  # the tasks released and restarts done first
-                self._load = Load(self._engine.cores())
             except Exception as exc:  # noqa: BLE001 - every page says why, in one line
                 self._engine_error = f"the work engine could not start: {type(exc).__name__}: {exc}"[:300]
         return self._engine
@@ -427,15 +426,15 @@ class WorkService:
             order[task] = (True, -priority_of(want.urgency, turn - 1), self._seq + 1 + n)
         tasks = sorted(order, key=order.__getitem__)
         queues = {work: [t for t in tasks if t.work == work] for work in ("plan", "build")}
-        done = {t: self._load.done.get(s.key, 0.0) for t, s in self._submitted.items() if s.key in self._running}
-        return place(queues, done, self._threads, self.times, self._load.cores, self._load.server_cores)
+        running = {t: s for t, s in self._submitted.items() if s.key in self._running}
+        return place(queues, {t: self._load.done.get(s.key, 0.0) for t, s in running.items()}, self._workers,
+                     self.times, self._load, {t: self._running[s.key].worker for t, s in running.items()})
 
     def _turn(self, want: Wanted) -> int:
         """A task's turn in its session: that session's tasks of its urgency in the engine already."""
         return sum(1 for s in self._submitted.values() if s.session == want.session and s.urgency == want.urgency)
 
-    def _progress(self, session: str, now: float) -> dict[Want, Progress]:
-        held = self._sessions[session]
+    def _progress(self, held: Session, now: float) -> dict[Want, Progress]:
         progress: dict[Want, Progress] = {}
         for want in held.wants:
             task = self._next(want)
@@ -465,7 +464,7 @@ class WorkService:
         if item is not None and (run := self._running.get(item.key)) is not None:
             seconds, work = time.time() - run.started_s, self.times.estimate(task, slot.warm if slot else False)
             left = slot.eta_s if slot is not None and self._load.done.get(item.key, 0.0) < work else 0.0
-            usual = seconds + left if left else work / self._load.speed_now(len(self._running))
+            usual = seconds + left if left else work / self._load.rate.get(item.key, 1.0)
             return Progress("running", batch, seconds, eta_s=left, usual_s=usual, step=step, steps=total, tokens=tokens)
         if item is not None or task not in self._held_back:
             slot = slot or Slot(0, 0.0, False)
@@ -481,9 +480,9 @@ class WorkService:
             f"the server's queue is full ({self.max_configs} configurations waiting); this one waits for a place"))
 
 
-def _threads(engine: Any, work: str) -> int:
-    """The workers of ``work`` (at least one: a task waits for one to come)."""
+def _workers(engine: Any, last: list[Any]) -> list[Any]:
+    """The engine's workers now (``calc.cluster.engine.WorkerSlot``), or as last looked where it does not say."""
     try:
-        return max(1, engine.threads(work))
-    except Exception:  # noqa: BLE001 - the scheduler is busy: as many as last time would do, one is safe
-        return 1
+        return engine.workers()
+    except Exception:  # noqa: BLE001 - the scheduler is busy: the workers as last looked
+        return last
