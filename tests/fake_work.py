@@ -35,8 +35,8 @@ def _released() -> bool:
 
 def _wait(work: str) -> bool:
     """Runs the task's time, or until the gate opens; False when it was released meanwhile."""
-    deadline = time.monotonic() + DELAY_S[work]
-    while time.monotonic() < deadline or (GATE is not None and not GATE.is_set()):
+    deadline, gate = time.monotonic() + DELAY_S[work], GATE  # the gate of the test that started it
+    while time.monotonic() < deadline or (gate is not None and not gate.is_set()):
         if _released():
             return False
         time.sleep(0.01)

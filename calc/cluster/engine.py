@@ -144,6 +144,15 @@ class Engine:
                     out[key] = Running(key, started, state, address)
         return out
 
+    def assigned(self) -> dict[str, str]:
+        """Each task the scheduler has put on a worker (running there, or queued there), by key: its worker's
+        address."""
+        try:
+            processing = self.client.processing()
+        except Exception:  # noqa: BLE001 - the scheduler is busy: nothing known this time
+            return {}
+        return {str(key): address for address, keys in processing.items() for key in keys}
+
     def restart(self, workers: list[str]) -> None:
         """Restarts these workers (their nannies start fresh ones); a task queued on one moves to the fresh one."""
         if workers:

@@ -194,40 +194,40 @@ class _Worker:
 
 
 def place(queues: dict[str, list[Task]], done: dict[Task, float], workers: list[Any], times: Times, load: Load,
-          running_on: dict[Task, str] | None = None) -> dict[Task, Slot]:
+          on: dict[Task, str] | None = None) -> dict[Task, Slot]:
     """Where each task of ``queues`` (by work, in the order the engine runs them: those running first) stands
     and when it ends, the queues run forward on ``workers`` (``calc.cluster.engine.WorkerSlot``; a work without a
-    worker yet gets one, at full speed): a running task stays on its worker (``running_on``: its address), a
-    worker takes the next task of its work when its current one ends (warm where its last task was of the same
-    setup); a task is the work ``times`` estimates, less the work ``done`` of it already, and the busy workers of
-    a host share its cores (``Load.speed_on``)."""
-    running_on = running_on or {}
+    worker yet gets one, at full speed): a task the engine has put on a worker already (``on``: its address; a
+    running one, or one queued there) waits for that worker, the others go to whichever is free first; a worker
+    that frees takes its next task (warm where its last task was of the same setup). A task is the work ``times``
+    estimates, less the work ``done`` of it already, and the busy workers of a host share its cores
+    (``Load.speed_on``)."""
     sims = [_Worker(w.kind, w.address, w.host, w.cores, w.here) for w in workers for _ in range(w.threads)
             if w.kind in queues]
     sims += [_Worker(work, "", "", None, False) for work in queues if not any(s.work == work for s in sims)]
+    known = {s.address for s in sims}
+    on = {t: a for t, a in (on or {}).items() if a in known}  # a worker that has gone: its tasks go anywhere
     waiting = {work: list(tasks) for work, tasks in queues.items()}
     slots: dict[Task, Slot] = {}
     ahead = dict.fromkeys(queues, 0)
     now = 0.0
 
-    def take(sim: _Worker, task: Task) -> None:
+    def take(sim: _Worker) -> None:
+        tasks = waiting[sim.work]
+        i = next((i for i, t in enumerate(tasks) if on.get(t, sim.address) == sim.address), None)
+        if i is None:
+            return
+        task = tasks.pop(i)
         warm = isinstance(task, PlanTask) and sim.holds == task.setup
         sim.task, sim.left = task, max(1.0, times.estimate(task, warm) - done.get(task, 0.0))
         sim.holds = task.setup if isinstance(task, PlanTask) else None
         slots[task] = Slot(ahead[sim.work], 0.0, warm)
         ahead[sim.work] += 1
 
-    for work, tasks in waiting.items():  # those running, on their own workers
-        while tasks and tasks[0] in running_on:
-            sim = next((s for s in sims if s.work == work and s.task is None and s.address == running_on[tasks[0]]),
-                       next((s for s in sims if s.work == work and s.task is None), None))
-            if sim is None:
-                break
-            take(sim, tasks.pop(0))
     while True:
         for sim in sims:
-            if sim.task is None and waiting[sim.work]:
-                take(sim, waiting[sim.work].pop(0))
+            if sim.task is None:
+                take(sim)
         busy = [s for s in sims if s.task is not None]
         if not busy:
             return slots

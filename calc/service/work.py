@@ -93,6 +93,7 @@ class WorkService:
         self._restarting: set[str] = set()
         self._held_back: set[Task] = set()  # wanted, but waiting for a place (``max_configs``, ``max_per_client``)
         self._seq = 0
+        self._assigned: dict[str, str] = {}  # task key -> the worker the engine put it on, as last looked
         self._workers: list[Any] = []  # the engine's workers (calc.cluster.engine.WorkerSlot), as last looked
         self._load = Load()
         self._engine: Any = None
@@ -217,6 +218,7 @@ class WorkService:
             return False
         self._read_finished()
         running = engine.running() if self._submitted else {}
+        assigned = engine.assigned() if self._submitted else {}
         workers = _workers(engine, self._workers)
         self._load.sample({key: (run.started_s, run.worker) for key, run in running.items()}, workers)
         with self._cond:
@@ -227,7 +229,7 @@ class WorkService:
         self._submit(engine, submits)
         self._restart_stale(engine, running)
         with self._cond:
-            self._workers = workers
+            self._workers, self._assigned = workers, assigned
             self._slots = self._place(self._wanted(time.monotonic()))
             self._cond.notify_all()
         return False
@@ -409,8 +411,11 @@ class WorkService:
                     self._restarting -= set(workers)
                     self._cond.notify_all()
 
-        thread = threading.Thread(target=restart, name="calc-work-restart", daemon=True)
-        thread.start()
+        try:
+            threading.Thread(target=restart, name="calc-work-restart", daemon=True).start()
+        except RuntimeError:  # the interpreter is ending: the workers end with it
+            with self._cond:
+                self._restarting -= set(workers)
 
     # --- where each want stands ---------------------------------------------------------------
 
@@ -426,9 +431,10 @@ class WorkService:
             order[task] = (True, -priority_of(want.urgency, turn - 1), self._seq + 1 + n)
         tasks = sorted(order, key=order.__getitem__)
         queues = {work: [t for t in tasks if t.work == work] for work in ("plan", "build")}
-        running = {t: s for t, s in self._submitted.items() if s.key in self._running}
-        return place(queues, {t: self._load.done.get(s.key, 0.0) for t, s in running.items()}, self._workers,
-                     self.times, self._load, {t: self._running[s.key].worker for t, s in running.items()})
+        on = {t: self._assigned[s.key] for t, s in self._submitted.items() if s.key in self._assigned}
+        on.update({t: self._running[s.key].worker for t, s in self._submitted.items() if s.key in self._running})
+        done = {t: self._load.done.get(s.key, 0.0) for t, s in self._submitted.items() if s.key in self._running}
+        return place(queues, done, self._workers, self.times, self._load, on)
 
     def _turn(self, want: Wanted) -> int:
         """A task's turn in its session: that session's tasks of its urgency in the engine already."""
