@@ -419,3 +419,18 @@ def test_two_server_replicas_on_one_cluster_share_one_compile_and_each_gets_the_
         first.shutdown()
         second.shutdown()
         other.client.close()
+
+
+def test_a_pages_build_and_its_plans_hold_one_place(engine):
+    """A page at a size nobody built wants the model's ledger and its plan: one configuration of the places, so
+    two such pages fit two places."""
+    fake_work.GATE = threading.Event()
+    capped = make(engine, lease_s=5, max_configs=2)
+    try:
+        pages = {f"s{i}": [Want.build(make_spec("ResNet50", 160 + 16 * i)),
+                           Want.of(setup(size=160 + 16 * i), Kind.PLAN, batch=8)] for i in range(2)}
+        progress = keep_asking(capped, pages, lambda p: capped.pending() == 4)
+        assert not [w for w, p in progress.items() if p.state == "refused"]
+    finally:
+        fake_work.GATE.set()
+        capped.shutdown()

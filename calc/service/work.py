@@ -277,17 +277,20 @@ class WorkService:
         earliest asked."""
         candidates = []
         for session, held in self._live(now):
+            # A page's configuration, as places count them: its setup (a build for it is the same configuration).
+            pages = {w.setup.spec: w.setup for w in held.wants if w.setup is not None}
             for want in held.wants:
                 task = self._next(want)
                 if task is None or (task.work == "plan" and not compiles_enabled()) or self._failed.recall(task):
                     continue
+                config = pages.get(want.spec, want.spec) if want.spec is not None else want.what
                 candidates.append((task not in self._submitted, want.kind.urgency, held.since_s[want], session,
-                                   held.client, task, want))
+                                   held.client, task, want, config))
         wanted: dict[Task, Wanted] = {}
         configs: set[object] = set()
         per_client: dict[str, set[object]] = {}
-        for _, urgency, since, session, client, task, want in sorted(candidates, key=lambda c: c[:3]):
-            config, mine = task.what, per_client.setdefault(client, set())
+        for _, urgency, since, session, client, task, want, config in sorted(candidates, key=lambda c: c[:3]):
+            mine = per_client.setdefault(client, set())
             if config not in mine:
                 if len(mine) >= self.max_per_client or (config not in configs and len(configs) >= self.max_configs):
                     continue  # waits for a place
@@ -441,11 +444,11 @@ class WorkService:
         return sum(1 for s in self._submitted.values() if s.session == want.session and s.urgency == want.urgency)
 
     def _progress(self, held: Session, now: float) -> dict[Want, Progress]:
-        progress: dict[Want, Progress] = {}
-        for want in held.wants:
-            task = self._next(want)
-            progress[want] = self._where(want, task, held, now)
-        return progress
+        tasks = {w: self._next(w) for w in held.wants}
+        if any(t is not None and t not in self._slots and t not in self._held_back and not self._failed.recall(t)
+               and (t.work == "build" or compiles_enabled()) for t in tasks.values()):
+            self._slots = self._place(self._wanted(now))  # a task that just got its place: where it stands
+        return {want: self._where(want, task, held, now) for want, task in tasks.items()}
 
     def _where(self, want: Want, task: Task | None, held: Session, now: float) -> Progress:
         batch = task.batch if isinstance(task, PlanTask) else None
