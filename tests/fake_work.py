@@ -119,11 +119,21 @@ def local_engine():
         return _engine
 
 
+def _tasks(dask_scheduler) -> int:
+    """How many tasks the scheduler holds (``Client.run_on_scheduler``)."""
+    return len(dask_scheduler.tasks)
+
+
 def reset() -> None:
-    """Every fake back to its defaults (a test's start)."""
+    """Every fake back to its defaults (a test's start and end): a task a test left behind ends first, so that it
+    cannot count as the next test's."""
     global GATE, ANSWER
     if GATE is not None:
         GATE.set()
+    if _engine is not None:
+        deadline = time.monotonic() + 10
+        while _engine.client.run_on_scheduler(_tasks) and time.monotonic() < deadline:
+            time.sleep(0.02)
     CALLS.clear()
     REQUESTS.clear()
     GATE, ANSWER = None, None

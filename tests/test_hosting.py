@@ -257,6 +257,26 @@ def test_a_build_that_leaves_its_worker_grown_restarts_the_worker(builds, monkey
 
 
 @pytest.mark.server
+def test_a_worker_started_after_a_page_ran_does_not_run_the_page(tmp_path):
+    """Streamlit installs each page's module as ``__main__`` and leaves it there; a worker the engine starts
+    afterwards (the first, or a nanny's restart) must not run that page before its tasks."""
+    import subprocess
+    import sys
+
+    page = tmp_path / "page.py"
+    page.write_text("import os, pathlib\npathlib.Path(os.environ['MARKS'], str(os.getpid())).touch()\n")
+    (tmp_path / "marks").mkdir()
+    code = ("import sys, types\nfrom calc.cluster.engine import Engine\n"
+            "page = types.ModuleType('__main__'); page.__file__ = sys.argv[1]; sys.modules['__main__'] = page\n"
+            "engine = Engine(None, {'plan': 1})\nengine.restart([w.address for w in engine.workers()])\n"
+            "print(len(engine.workers()))\nengine.close()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(page)], capture_output=True, text=True, timeout=240,
+                          cwd=ROOT, env={**os.environ, "MARKS": str(tmp_path / "marks")})
+    assert done.returncode == 0 and done.stdout.split()[-1] == "1", done.stderr[-2000:]
+    assert list((tmp_path / "marks").iterdir()) == []
+
+
+@pytest.mark.server
 def test_the_dashboard_server_never_imports_tensorflow():
     """A model nobody built at this size: the server asks its work service, whose build worker (a process of its
     own cluster) builds it; the server reads the ledger without importing TensorFlow or Keras."""

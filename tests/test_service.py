@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 
 import pytest
 
-from calc import xla
+from calc import profiles, xla
 from calc.catalogue import make_spec
 from calc.service import Kind, Progress, Setup, Want, WorkService
 from calc.service.tasks import priority_of
@@ -36,6 +37,7 @@ def _own_plans(tmp_path, monkeypatch):
     for module in (cache, xla.compute):
         monkeypatch.setattr(module, "plan_versions", lambda: {"jax": "test", "keras": "test"}, raising=False)
     monkeypatch.setattr(cache, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(profiles, "_memory", OrderedDict())  # a ledger another test built is not this test's
     fake_work.reset()
     yield
     fake_work.reset()

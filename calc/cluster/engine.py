@@ -192,6 +192,7 @@ def own_cluster(workers: dict[str, int]) -> Any:
     as processes under nannies with their memory limits."""
     from distributed import Nanny, Scheduler, SpecCluster
 
+    _spawn_without_main_script()
     limits = worker_limits()
     spec = {f"{kind}-{i}": {"cls": Nanny, "options": worker_options(kind, limits[kind])}
             for kind in KINDS for i in range(workers.get(kind, 0))}
@@ -239,3 +240,24 @@ def engine(workers: dict[str, int] | None = None) -> Engine:
             _engine = Engine(shared_cluster(), workers)
             atexit.register(_engine.close)
         return _engine
+
+
+def _spawn_without_main_script() -> None:
+    """A nanny starts its worker with ``multiprocessing``'s "spawn", which first runs this process's ``__main__``
+    script in the new process, when ``__main__`` came from a file. In a Streamlit server ``__main__`` is the page
+    script Streamlit ran last (it installs each run's module there and leaves it), so every worker, and every
+    restart, would run a page. Nothing a worker runs lives in ``__main__`` (tasks name their functions by module):
+    this process's spawns leave the script out."""
+    import multiprocessing.spawn as spawn
+
+    prepare = spawn.get_preparation_data
+    if getattr(prepare, "without_main_script", False):
+        return
+
+    def preparation_data(name: str) -> dict[str, Any]:
+        data = prepare(name)
+        data.pop("init_main_from_path", None)
+        return data
+
+    preparation_data.without_main_script = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = preparation_data

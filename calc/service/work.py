@@ -344,6 +344,7 @@ class WorkService:
         grown = []
         for task, item in finished:
             answer, error = outcome(item.future, task)
+            item.future.release()  # read: the scheduler forgets the task (an erred one too) at once
             if answer is not None:
                 seconds = float(answer.get("task_seconds", 0.0))
                 self.times.record(task, bool(answer.get("warm")), seconds, self._load.speed_of(item.key, seconds))
