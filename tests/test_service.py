@@ -316,6 +316,19 @@ def test_shutdown_releases_the_running_compile(engine):
     assert made.finished == 0 and want.setup.known().plans == {}  # not the compile's lease of 30 s
 
 
+def test_a_worker_away_for_a_slow_restart_keeps_its_nanny():
+    """Dask's own cluster closes a nanny whose worker has been away 15 s; a restart on a busy host (the old worker
+    stopped, a fresh one started and registered) takes up to the engine's start timeout, so the engine waits
+    longer than that."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    from calc.cluster.engine import START_TIMEOUT_S, engine_config
+
+    with dask.config.set(engine_config()):
+        assert parse_timedelta(dask.config.get("distributed.deploy.lost-worker-timeout")) > 2 * START_TIMEOUT_S
+
+
 @pytest.mark.parametrize("value, cores, expected", [("", 2, 1), ("", 16, 4), ("3", 2, 3), ("x", 8, 2), ("99", 2, 8)])
 def test_compile_workers_come_from_the_setting_or_the_cores(monkeypatch, value, cores, expected):
     from calc.cluster import plan_workers

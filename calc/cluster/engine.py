@@ -50,6 +50,10 @@ def engine_config() -> dict[str, Any]:
         "distributed.worker.memory.pause": False,
         "distributed.worker.memory.terminate": 0.95,
         "distributed.worker.daemon": True,
+        # This host's own cluster closes a worker's nanny once the worker has been away this long. A nanny here
+        # restarts its worker itself, and a restart on a busy host (the old worker stopped, ending its compile,
+        # a fresh one started and registered) can pass Dask's 15 s: the nanny stays, and its worker comes back.
+        "distributed.deploy.lost-worker-timeout": f"{10 * START_TIMEOUT_S:.0f}s",
     }
 
 
