@@ -370,6 +370,20 @@ def test_a_running_task_past_its_usual_time_says_so_instead_of_a_countdown():
         "Queued: ResNet50 at 160x160, built once (weights=None) for its layer ledger; 2 builds ahead, done in about 31 s")
 
 
+def test_a_burst_of_the_servers_work_slows_the_running_tasks_not_the_queues_run_forward():
+    """A class's first pages keep the server busy for a few seconds: the tasks running then get less of the
+    cores, but the queues are run forward at the server's share over about a minute (``STEADY_S``)."""
+    from calc.service.times import Load
+
+    load = Load()
+    end = time.monotonic() + 1.2
+    while time.monotonic() < end:  # the server's own work: a core for a second
+        pass
+    load.sample({}, [])
+    assert load.server_cores > 0.25 and load.server_cores_steady < 0.05
+    assert load.speed_on(2.0, True, 2) < 0.9 < load.speed_on(2.0, True, 2, steady=True)
+
+
 def test_the_queues_run_forward_on_the_cores_the_busy_workers_share(monkeypatch):
     """Two cores, a compile worker and a build worker: both busy, each runs on a core of its own; with the server
     using one core of that host, they share the other; on another host, the server's share is not theirs. Each
@@ -388,7 +402,7 @@ def test_the_queues_run_forward_on_the_cores_the_busy_workers_share(monkeypatch)
 
     quiet = place(queues, {}, host(True), times, load)
     assert [quiet[t].eta_s for t in (b1, p1, p2)] == [4.0, 10.0, 20.0] and quiet[p2].ahead == 1
-    load.server_cores = 1.0
+    load.server_cores_steady = 1.0
     busy = place(queues, {}, host(True), times, load)
     # Until the build ends both run at half a core: the build's 4 s of work end at 8 s, when the compile has done
     # 4 of its 10; its 6 more run at a core of their own.

@@ -188,8 +188,8 @@ class Engine:
             callback()
         if self.cluster is not None:
             # A restart still in flight goes on after its nanny closed (Dask shields it), and its fresh worker
-            # (or one the signal that ends the server reached before it could ignore it) cannot start in a
-            # process that is ending: what the cluster says about that, as the process ends, is not news.
+            # cannot start in a process that is ending (Python 3.12 refuses new threads once it finalizes): what
+            # the cluster says about that from here on is not news.
             logging.getLogger("distributed").setLevel(logging.CRITICAL)
         self.client.close()
         if self.cluster is not None:
@@ -247,18 +247,9 @@ def engine(workers: dict[str, int] | None = None) -> Engine:
     with _guard:
         if _engine is None:
             _engine = Engine(shared_cluster(), workers)
-            at_exit(_engine.close)
+            atexit.register(_engine.close)
         return _engine
 
-
-def at_exit(callback: Callable[[], None]) -> None:
-    """``callback()`` when this process ends, while it can still start threads: the engine's close stops its
-    workers through queues that start a thread, and a nanny's restart in flight starts one, which Python 3.12
-    refuses in ``atexit``'s handlers. Threading's own exit hooks (as ``concurrent.futures`` uses) run first."""
-    try:
-        threading._register_atexit(callback)  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):  # another Python, or the process is ending already
-        atexit.register(callback)
 
 
 def _spawn_without_main_script() -> None:

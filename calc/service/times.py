@@ -45,6 +45,7 @@ KEPT_PACE = 20  # tasks the pace is read from
 # 28-32 s on a busy 2-core machine).
 FIRST_PACE = {"plan": 1.0, "build": 0.03}
 FIRST_GUESS_S = {("plan", False): 45.0, ("plan", True): 15.0, ("build", False): 10.0, ("build", True): 10.0}
+STEADY_S = 60.0  # the server's share of the cores the queues are run forward at: its average over about this long
 SLOWEST = 0.1  # a busy worker's speed never goes below this share of a core (the kernel's scheduler gives it some)
 
 
@@ -127,7 +128,10 @@ class Load:
     so far and the speed it gets now."""
 
     def __init__(self) -> None:
-        self.server_cores = 0.0
+        self.server_cores = 0.0  # this process's cores over the last few seconds: what the running tasks get now
+        # ... and over about ``STEADY_S``: what the queues are run forward at. A class's first pages are a burst of a
+        # few seconds, after which the server serves its open tabs with a fraction of a core (0.14 for 31 tabs).
+        self.server_cores_steady = 0.0
         self._last = (time.monotonic(), _cpu_seconds())
         self.done: dict[str, float] = {}  # running task key -> its work done so far
         self.rate: dict[str, float] = {}  # running task key -> its speed now
@@ -141,6 +145,7 @@ class Load:
         if now - self._last[0] >= 1.0:  # this process's share, smoothed over a few seconds
             share = (cpu - self._last[1]) / (now - self._last[0])
             self.server_cores = 0.5 * self.server_cores + 0.5 * share
+            self.server_cores_steady += min(1.0, (now - self._last[0]) / STEADY_S) * (share - self.server_cores_steady)
             self._last = (now, cpu)
         by_address = {w.address: w for w in workers}
         busy = Counter(by_address[a].host for _, a in running.values() if a in by_address)
@@ -155,9 +160,10 @@ class Load:
             self.done.pop(key, None)
             self.rate.pop(key, None)
 
-    def speed_on(self, cores: float | None, here: bool, busy: int) -> float:
-        """The speed of each of ``busy`` workers on a host of ``cores`` (this machine, ``here``: less this process's)."""
-        return speed(cores, busy, self.server_cores if here else 0.0)
+    def speed_on(self, cores: float | None, here: bool, busy: int, steady: bool = False) -> float:
+        """The speed of each of ``busy`` workers on a host of ``cores`` (this machine, ``here``: less this process's,
+        now or, ``steady``, over about ``STEADY_S``)."""
+        return speed(cores, busy, (self.server_cores_steady if steady else self.server_cores) if here else 0.0)
 
     def speed_of(self, key: str, seconds: float) -> float:
         """The average speed a task that ran ``seconds`` got (its last speed where it was sampled too little)."""
@@ -201,7 +207,7 @@ def place(queues: dict[str, list[Task]], done: dict[Task, float], workers: list[
     running one, or one queued there) waits for that worker, the others go to whichever is free first; a worker
     that frees takes its next task (warm where its last task was of the same setup). A task is the work ``times``
     estimates, less the work ``done`` of it already, and the busy workers of a host share its cores
-    (``Load.speed_on``)."""
+    (``Load.speed_on``, at the server's steady share: a burst of pages passes before the queues do)."""
     sims = [_Worker(w.kind, w.address, w.host, w.cores, w.here) for w in workers for _ in range(w.threads)
             if w.kind in queues]
     sims += [_Worker(work, "", "", None, False) for work in queues if not any(s.work == work for s in sims)]
@@ -232,7 +238,7 @@ def place(queues: dict[str, list[Task]], done: dict[Task, float], workers: list[
         if not busy:
             return slots
         per_host = Counter(s.host for s in busy)
-        rates = [load.speed_on(s.cores, s.here, per_host[s.host]) for s in busy]
+        rates = [load.speed_on(s.cores, s.here, per_host[s.host], steady=True) for s in busy]
         step = min(s.left / r for s, r in zip(busy, rates))
         now += step
         for sim, rate in zip(busy, rates):
