@@ -251,7 +251,6 @@ def engine(workers: dict[str, int] | None = None) -> Engine:
         return _engine
 
 
-
 def _spawn_without_main_script() -> None:
     """A nanny starts its worker with ``multiprocessing``'s "spawn", which first runs this process's ``__main__``
     script in the new process, when ``__main__`` came from a file. In a Streamlit server ``__main__`` is the page

@@ -130,7 +130,7 @@ class Load:
     def __init__(self) -> None:
         self.server_cores = 0.0  # this process's cores over the last few seconds: what the running tasks get now
         # ... and over about ``STEADY_S``: what the queues are run forward at. A class's first pages are a burst of a
-        # few seconds, after which the server serves its open tabs with a fraction of a core (0.14 for 31 tabs).
+        # few seconds, after which the server serves its open tabs with a fraction of a core (docs/HOSTING.md).
         self.server_cores_steady = 0.0
         self._last = (time.monotonic(), _cpu_seconds())
         self.done: dict[str, float] = {}  # running task key -> its work done so far
