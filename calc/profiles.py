@@ -128,19 +128,33 @@ def _remember(key: str, profile: ModelProfile) -> None:
         _memory.popitem(last=False)
 
 
-def _file_profile(spec: ModelFile) -> ModelProfile:
+def _file_key(spec: ModelFile) -> tuple[bytes, str, Path]:
     import hashlib
-
-    from calc.uploads import profile_upload
 
     with open(spec.resolved(), "rb") as f:
         data = f.read()
     key = f"file-{hashlib.sha256(data).hexdigest()[:20]}-{spec.key}"
+    return data, key, cache_dir() / f"{key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
+
+
+def known_file_profile(spec: ModelFile) -> ModelProfile | None:
+    """A file's profile where it has been read already (in memory or in the disk cache), else None: never reads
+    the model."""
+    _, key, path = _file_key(spec)
+    with _memory_guard:
+        if key in _memory:
+            return _memory[key]
+    return _read_cached(path)
+
+
+def _file_profile(spec: ModelFile) -> ModelProfile:
+    from calc.uploads import profile_upload
+
+    data, key, path = _file_key(spec)
     with _memory_guard:
         if key in _memory:
             _memory.move_to_end(key)
             return _memory[key]
-    path = cache_dir() / f"{key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
     profile = _read_cached(path)
     if profile is None:
         profile = profile_upload(data, spec.key, max_bytes=len(data) + 1)

@@ -19,6 +19,7 @@ COLORS = {
     "other": "#B279A2",
     "allocator": "#BAB0AC",
     "framework_overhead": "#9D755D",
+    "kept_free": "#D4D4D4",
     "xla_temporaries": "#72B7B2",
     "xla_activations": "#72B7B2",
     "xla_gradients": "#F58518",
@@ -41,6 +42,7 @@ LABELS = {
     "other": mark("Optimizer update temporaries"),
     "allocator": mark("Allocator chunks beyond tensor sizes (simulated)"),
     "framework_overhead": mark("Framework overhead (CUDA context, libraries)"),
+    "kept_free": mark("Kept free for what the card adds to XLA's plan"),
     "xla_temporaries": mark("XLA temporaries (activations, gradients, scratch)"),
     "xla_activations": mark("Activations (live at XLA's peak)"),
     "xla_gradients": mark("Gradients (live at XLA's peak)"),
@@ -58,13 +60,14 @@ NEUTRAL = "#8C8C8C"
 BAR_WIDTH = 0.5  # of the breakdown's one category: the bar spans x = -0.25..0.25
 
 
-def bar_parts(components: dict[str, int], overhead: int) -> list[tuple[str, int]]:
-    """The breakdown's parts as the bar chart stacks them, bottom up: (``LABELS`` key, bytes).
+def bar_parts(components: dict[str, int], overhead: int, kept: int = 0) -> list[tuple[str, int]]:
+    """The breakdown's parts as the bar chart stacks them, bottom up: (``LABELS`` key, bytes); ``kept``: what
+    XLA's verdict keeps free beside the plan (``calc.xla.kept``), on top.
 
     The Estimator's table lists the same parts under the same names; parts of 0 bytes are left out
     (SGD without momentum has no optimizer state, a plan may hold no gradient at its peak).
     """
-    parts = [*components.items(), ("framework_overhead", overhead)]
+    parts = [*components.items(), ("framework_overhead", overhead), ("kept_free", kept)]
     return [(key, value) for key, value in parts if value]  # a part of 0 bytes is no part
 
 
@@ -88,10 +91,11 @@ def _hlines(fig: go.Figure, lines: list[tuple[float, str, str, str, str]], label
     fig.update_layout(shapes=shapes, annotations=notes)
 
 
-def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, divisor: float, unit: str) -> go.Figure:
+def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, divisor: float, unit: str,
+                     kept: int = 0) -> go.Figure:
     fig = go.Figure()
     step = tr("this step")
-    for key, value in bar_parts(components, overhead):
+    for key, value in bar_parts(components, overhead, kept):
         label = tr(LABELS[key])
         fig.add_bar(x=[step], y=[value / divisor], name=label, marker_color=COLORS[key], width=BAR_WIDTH,
                     hovertemplate=f"{label}: %{{y:.3f}} {unit}<extra></extra>")

@@ -314,11 +314,14 @@ def no_measurement_caption(inputs: Inputs) -> str:
               "the engine. The Validation page can measure one.")
 
 
-def largest_markdown(n: FormulaNumbers, inputs: Inputs, gpu_name: str) -> str:
+def largest_markdown(n: FormulaNumbers, inputs: Inputs, gpu_name: str, xla_largest: str = "") -> str:
+    """The largest batch of the taught step; ``xla_largest``: XLA's, as the Estimator shows it, where the
+    sidebar's step is XLA's (``dashboard.xla_view.xla_largest``)."""
     if inputs.step == "xla":
         return tr("**Largest batch that fits {gpu} by this formula** (the graph executor's step, global, with the "
-                  "{margin}% safety margin): **{batch:,}**. The XLA step's own is in the box at the top.",
-                  gpu=gpu_name, margin=inputs.margin, batch=n.engine_max_batch)
+                  "{margin}% safety margin): **{batch:,}**. XLA's own, for the step Keras compiles by default, as "
+                  "the Estimator shows it: **{xla}**.", gpu=gpu_name, margin=inputs.margin, batch=n.engine_max_batch,
+                  xla=xla_largest or tr("not known on this server yet"))
     return tr("**Largest batch that fits {gpu}** (global, with the {margin}% safety margin, as on the Estimator): "
               "**{batch:,}**.", gpu=gpu_name, margin=inputs.margin, batch=n.engine_max_batch)
 
@@ -381,7 +384,7 @@ def handout_page(inputs: Inputs, setup: str, step: str, body: str, *, link: str 
 
 
 def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name: str, *, link: str = "",
-                 made: str = "", version: str = "", xla: XlaLesson | None = None) -> str:
+                 made: str = "", version: str = "", xla: XlaLesson | None = None, xla_largest: str = "") -> str:
     """A printable page of the same lesson: which step it teaches, the setup, every term with its
     arithmetic, the sum, the rules; ``link`` reproduces it, ``made`` is the date, ``version`` the tool's;
     ``xla``: XLA's plan as a lesson (``dashboard.xla_view.xla_lesson``), a section of its own."""
@@ -413,7 +416,7 @@ def handout_html(n: FormulaNumbers, inputs: Inputs, terms: list[Term], gpu_name:
             f"<p>{_html(xla.why)}</p>")
     body = (f"<h2>{escape(tr('1. What this tool computes'))}</h2>{terms_html(terms, n.breakdown.peak_bytes, inputs)}"
             f"<h2>{escape(tr('2. The rules of thumb people use, for the same configuration'))}</h2><table>{rules}</table>"
-            f"<p>{_html(largest_markdown(n, inputs, gpu_name))}</p>{xla_section}")
+            f"<p>{_html(largest_markdown(n, inputs, gpu_name, xla_largest))}</p>{xla_section}")
     return handout_page(inputs, setup, step, body, link=link, made=made, version=version)
 
 

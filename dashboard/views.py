@@ -251,10 +251,11 @@ class ShownStep:
     # global batch, whose plan does not fit (None: no plan above it known yet).
     searching: bool = False
     below: int | None = None
+    kept_bytes: int = 0  # kept free beside XLA's plan for what the card adds (``calc.xla.kept``), at this batch
 
     @property
     def needed_bytes(self) -> int:
-        return self.peak_bytes + self.overhead_bytes
+        return self.peak_bytes + self.overhead_bytes + self.kept_bytes
 
     @property
     def fits(self) -> bool:
@@ -350,9 +351,12 @@ def curve_caption(shown: ShownStep) -> str:
 def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
     """Fits or not, from the peak to what the card must hold: peak + framework overhead against the
     usable memory (the card less the safety margin); with several GPUs, each GPU's share."""
-    peak = view.needed_bytes - view.overhead_bytes
+    kept = view.kept_bytes if isinstance(view, ShownStep) else 0
+    peak = view.needed_bytes - view.overhead_bytes - kept
     margin = round(100 * view.margin_fraction, 1) if isinstance(view, ShownStep) else inputs.margin
     values = dict(peak=fmt(peak, inputs), overhead=fmt(view.overhead_bytes, inputs),
+                  kept=tr(" + {kept} kept free for what the card adds to XLA's plan", kept=fmt(kept, inputs))
+                  if kept else "",
                   needed=fmt(view.needed_bytes, inputs), usable=fmt(view.usable_bytes, inputs),
                   margin=f"{margin:g}", gpus=inputs.num_gpus, per=config_of(inputs).per_replica_batch)
     if isinstance(view, ShownStep) and not view.final and view.decided_by is not None:
@@ -372,16 +376,16 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
     if inputs.num_gpus > 1:
         if view.fits:
             return tr("Fits: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} framework "
-                      "overhead (CUDA context, libraries) = {needed}, of {usable} usable after the {margin}% "
+                      "overhead (CUDA context, libraries){kept} = {needed}, of {usable} usable after the {margin}% "
                       "margin ({headroom:.0%} headroom).", headroom=view.headroom_fraction, **values)
         return tr("Does not fit: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} "
-                  "framework overhead (CUDA context, libraries) = {needed}, {more} more than the {usable} usable "
+                  "framework overhead (CUDA context, libraries){kept} = {needed}, {more} more than the {usable} usable "
                   "after the {margin}% margin.", more=fmt(view.needed_bytes - view.usable_bytes, inputs), **values)
     if view.fits:
-        return tr("Fits: the peak {peak} + {overhead} framework overhead (CUDA context, libraries) = {needed}, of "
+        return tr("Fits: the peak {peak} + {overhead} framework overhead (CUDA context, libraries){kept} = {needed}, of "
                   "{usable} usable after the {margin}% margin ({headroom:.0%} headroom).",
                   headroom=view.headroom_fraction, **values)
-    return tr("Does not fit: the peak {peak} + {overhead} framework overhead (CUDA context, libraries) = {needed}, "
+    return tr("Does not fit: the peak {peak} + {overhead} framework overhead (CUDA context, libraries){kept} = {needed}, "
               "{more} more than the {usable} usable after the {margin}% margin.",
               more=fmt(view.needed_bytes - view.usable_bytes, inputs), **values)
 
@@ -420,8 +424,11 @@ def shown_table(shown: ShownStep, inputs: Inputs) -> list[dict[str, object]]:
     what the GPU must hold; in bytes, and in the chosen unit."""
     parts = bar_parts(shown.components, shown.overhead_bytes)
     named = [(tr(LABELS[k]), v) for k, v in parts if k != "framework_overhead"]
-    named += [(shown.peak_label, shown.peak_bytes), (tr(LABELS["framework_overhead"]), shown.overhead_bytes),
-              (tr("Needed on the GPU (peak + overhead)"), shown.needed_bytes)]
+    named += [(shown.peak_label, shown.peak_bytes), (tr(LABELS["framework_overhead"]), shown.overhead_bytes)]
+    if shown.kept_bytes:
+        named.append((tr(LABELS["kept_free"]), shown.kept_bytes))
+    named.append((tr("Needed on the GPU (peak + overhead)") if not shown.kept_bytes else
+                  tr("Needed on the GPU (peak + overhead + kept free)"), shown.needed_bytes))
     divisor = unit_divisor(inputs)
     return [{tr("component"): name, tr("bytes"): nbytes, inputs.unit: round(nbytes / divisor, 3)}
             for name, nbytes in named]

@@ -42,6 +42,14 @@ REMAT_LABELS = {"none": mark("none"), "full": mark("full (every layer)"),
                 "activations": mark("activations (activation layers)")}
 
 
+def _model_switched() -> None:
+    """A model switch takes the new model's default image size, unless the size was the user's own (not the
+    default of the model shown before)."""
+    before = st.session_state.get("_model_shown")
+    if before is None or st.session_state.get("image_size") == lookup(before).default_size:
+        st.session_state["image_size"] = lookup(st.session_state["model"]).default_size
+
+
 def sidebar_inputs() -> Inputs:
     """Renders the sidebar and returns the current inputs; the URL follows them."""
     if "_link" not in st.session_state:
@@ -77,8 +85,9 @@ def sidebar_inputs() -> Inputs:
     elif st.session_state["source"] == "hub":
         _hub_inputs(sb)
     else:
-        sb.selectbox(tr("Model (Keras application)"), MODELS, key="model")
+        sb.selectbox(tr("Model (Keras application)"), MODELS, key="model", on_change=_model_switched)
         entry = lookup(st.session_state["model"])
+        st.session_state["_model_shown"] = entry.name
         sb.number_input(tr("Image size (px, min {min}, default {default})", min=entry.min_size,
                            default=entry.default_size),
                         min_value=1, max_value=8192, step=16, key="image_size")

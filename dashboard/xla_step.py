@@ -19,7 +19,8 @@ from calc import xla
 from calc.catalogue import ModelSpec
 from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, make_hub_spec
-from calc.xla import XlaPlan, plan_budget
+from calc.xla import XlaPlan
+from calc.xla.budget import step_budget
 from calc.service import COMPILES_ENV, Kind, Progress, Setup, Want, compiles_enabled, service
 from dashboard import charts, figures, lesson, views
 from dashboard.hub_compare import compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs
@@ -150,7 +151,7 @@ def xla_answer_for(inputs: Inputs, gpu: GpuPreset) -> XlaAnswer | None:
 def budget_of(setup: Setup, gpu: GpuPreset, inputs: Inputs) -> xla.PlanBudget:
     """What one configuration's plan may take on ``gpu``: the sidebar's margin, or the one its measured record
     asks for (a KerasHub model's is its own)."""
-    return plan_budget(gpu, inputs.margin / 100, hub=isinstance(setup.spec, HubSpec))
+    return step_budget(gpu, inputs.margin / 100, setup.spec, setup.config.precision.value)
 
 
 def curve_wants(setup: Setup, answer: XlaAnswer, start: int) -> list[Want]:
@@ -160,7 +161,8 @@ def curve_wants(setup: Setup, answer: XlaAnswer, start: int) -> list[Want]:
     if answer.known.curve.points and answer.known.curve.second_anchor() is not None:
         wants.append(Want.of(setup, Kind.ANCHOR))
     if answer.max_batch is None or not answer.max_batch.settled:
-        wants.append(Want.of(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=start))
+        wants.append(Want.of(setup, Kind.SEARCH, budget_bytes=answer.budget.plan_bytes, start=start,
+                             kept_per_sample=answer.budget.kept.per_sample_bytes))
     return wants
 
 

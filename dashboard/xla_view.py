@@ -16,6 +16,7 @@ from calc.gpus import GpuPreset
 from calc.hub import HubSpec, lora_counts
 from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
+from calc.xla.kept import LOGITS, WORKSPACE
 from calc.xla.search import XlaMaxSequence, known_sequence_search
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
@@ -36,7 +37,8 @@ class XlaAnswer:
 
 def xla_answer(known: KnownPlans, batch: int, budget: PlanBudget) -> XlaAnswer:
     """The answer for one device's ``batch`` from ``known`` plans and the card's ``budget``."""
-    return XlaAnswer(known.at(batch), known.curve.max_batch(budget.plan_bytes), budget, known)
+    return XlaAnswer(known.at(batch), known.curve.keeping(budget.kept.per_sample_bytes).max_batch(budget.plan_bytes),
+                     budget, known)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
         peak_bytes=plan.peak_bytes,
         overhead_bytes=overhead, capacity_bytes=view.capacity_bytes, usable_bytes=answer.budget.usable_bytes,
         max_batch=max_batch, max_batch_label=largest_batch_label(best, compiling), margin_fraction=answer.budget.margin,
-        searching=best is not None and not best.settled,
+        kept_bytes=answer.budget.kept_at(inputs.batch_size // gpus), searching=best is not None and not best.settled,
         below=None if best is None or best.exceeds is None else best.exceeds * gpus,
         curve=xla_curve(view, inputs, answer, plan.peak_bytes),
         remat_saving_bytes=None if base_peak_bytes is None or not remat else base_peak_bytes - plan.peak_bytes,
@@ -118,9 +120,10 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compili
     walk = shown_walk(view, inputs, standing_in=True)
     gpus, batch = inputs.num_gpus, inputs.batch_size // inputs.num_gpus
     plans = answer.known.plans
-    usable = answer.budget.usable_bytes - view.overhead_bytes
-    larger_fits = [b for b, p in plans.items() if b >= batch and p.peak_bytes <= usable]
-    smaller_fails = [b for b, p in plans.items() if b <= batch and p.peak_bytes > usable]
+    budget = answer.budget
+    usable = budget.usable_bytes - view.overhead_bytes
+    larger_fits = [b for b, p in plans.items() if b >= batch and p.peak_bytes + budget.kept_at(b) <= usable]
+    smaller_fails = [b for b, p in plans.items() if b <= batch and p.peak_bytes + budget.kept_at(b) > usable]
     decided = (min(larger_fits) if larger_fits else max(smaller_fails) if smaller_fails else None)
     best = answer.max_batch
     if best is None:
@@ -129,16 +132,21 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compili
                    max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best, compiling),
                    searching=not best.settled, below=None if best.exceeds is None else best.exceeds * gpus,
                    usable_bytes=answer.budget.usable_bytes, margin_fraction=answer.budget.margin,
-                   decided_by=None if decided is None else (decided * gpus, plans[decided].peak_bytes + view.overhead_bytes),
+                   decided_by=None if decided is None else (
+                       decided * gpus, plans[decided].peak_bytes + budget.kept_at(decided) + view.overhead_bytes),
                    curve=xla_curve(view, inputs, answer, view.breakdown.peak_bytes))
 
 
 def xla_curve(view: EstimateView, inputs: Inputs, answer: XlaAnswer, peak_bytes: int) -> CurveView:
     """XLA's curve in global batches: compiled plans, the line drawn between them up to XLA's
     rematerialisation limit, the chosen batch and the largest that fits; the walk beside them."""
-    gpus, overhead, known = inputs.num_gpus, view.overhead_bytes, answer.known
+    gpus, known, kept = inputs.num_gpus, answer.known, answer.budget.kept_at
     best = answer.max_batch
-    compiled = tuple((b * gpus, p.peak_bytes + overhead) for b, p in sorted(known.plans.items()))
+
+    def overhead(batch: int) -> int:  # one device's batch: the framework's and the bytes kept free beside the plan
+        return view.overhead_bytes + kept(batch)
+
+    compiled = tuple((b * gpus, p.peak_bytes + overhead(b)) for b, p in sorted(known.plans.items()))
     end = known.curve.line_end()
     settled = best is not None and best.settled
     top = x_axis_end(inputs.batch_size, (best.batch if best else 0) * gpus, (end or 0) * gpus,
@@ -149,33 +157,34 @@ def xla_curve(view: EstimateView, inputs: Inputs, answer: XlaAnswer, peak_bytes:
         for b in per_device:
             point = known.curve.drawn(b)
             if point is not None and b * gpus <= top:
-                drawn.append((b * gpus, point.peak_bytes + overhead))
+                drawn.append((b * gpus, point.peak_bytes + overhead(b)))
     best_point = None
     if best is not None and best.batch and (plan := known.at(best.batch)) is not None:
-        best_point = (best.batch * gpus, plan.peak_bytes + overhead)
+        best_point = (best.batch * gpus, plan.peak_bytes + overhead(best.batch))
     return CurveView(walk=walk_curve(view, inputs, top), drawn=tuple(drawn),
                      compiled=tuple(c for c in compiled if c[0] <= top),
-                     current=(inputs.batch_size, peak_bytes + overhead), best=best_point, x_max=top)
+                     current=(inputs.batch_size, peak_bytes + overhead(inputs.batch_size // gpus)), best=best_point,
+                     x_max=top)
 
 
-def margin_line(answer: XlaAnswer, inputs: Inputs) -> str | None:
-    """Why the XLA verdict keeps more free than the user's margin (None when it does not)."""
-    budget = answer.budget
-    if not budget.margin_is_measured:
-        return None
-    if budget.measured.record == "hub_h200":
-        return tr("XLA's verdict and largest batch keep {margin:.1%} of the card free, not the {user}% set: on {cases} "
-                  "KerasHub steps run on an H200 as a user runs them, the process took up to {under:.1%} more than "
-                  "XLA's plan (with XLA's autotuner on, a LoRA text step held one more buffer the size of its logits, "
-                  "which the plan compiled without a GPU has not), and "
-                  "{margin:.1%} is the margin under which every one of them fit.",
-                  margin=budget.margin, user=inputs.margin, cases=budget.measured.cases,
-                  under=budget.measured.worst_excess)
-    return tr("XLA's verdict and largest batch keep {margin:.1%} of the card free, not the {user}% set: on {cases} "
-              "steps measured on an H100, TensorFlow's XLA step took up to {under:.1%} more than XLA's plan (cuDNN's "
-              "workspaces are not in the plan), and {margin:.1%} is the margin under which every one of them fit.",
-              margin=budget.margin, user=inputs.margin, cases=budget.measured.cases,
-              under=budget.measured.worst_excess)
+def kept_line(answer: XlaAnswer, inputs: Inputs) -> str:
+    """What XLA's verdict and largest batch keep free beside the plan, and why (``calc.xla.budget``)."""
+    budget, batch = answer.budget, inputs.batch_size // inputs.num_gpus
+    record = (tr("{cases} KerasHub steps measured on an H200 (XLA's autotuner on)", cases=budget.measured.cases)
+              if budget.measured.record == "hub_h200" else
+              tr("{cases} steps of TensorFlow's XLA step measured on an H100", cases=budget.measured.cases))
+    mechanism = {
+        LOGITS: tr("{bytes} for one buffer of the step's logits (batch × tokens × vocabulary × the compute dtype's "
+                   "bytes), which XLA's autotuner kept beside the plan on the steps measured; ",
+                   bytes=fmt(budget.kept_at(batch), inputs)),
+        WORKSPACE: tr("{bytes} for a cuDNN workspace as large as the largest convolution's input and output, which "
+                      "bounded what TensorFlow's XLA step took beside the plan on the large steps measured; ",
+                      bytes=fmt(budget.kept_at(batch), inputs)),
+    }.get(budget.kept.mechanism, "")
+    return tr("XLA's verdict and largest batch keep free, beside the plan: {mechanism}{residual:.1%} of the card, the "
+              "most the {record} took beyond that (a flat share would have needed {flat:.1%}); and your {user}% margin "
+              "on top.", mechanism=mechanism, residual=budget.measured.fraction, record=record,
+              flat=budget.measured.flat, user=inputs.margin)
 
 
 def remat_note(answer: XlaAnswer, inputs: Inputs) -> str | None:
@@ -332,6 +341,16 @@ def xla_lesson(answer: XlaAnswer | None, walk: MemoryBreakdown, inputs: Inputs) 
                      why_less_than_the_walk(answer.plan, walk, inputs))
 
 
+def xla_largest(answer: XlaAnswer | None, inputs: Inputs) -> str:
+    """XLA's largest batch in words, global, as the Estimator's metric has it: settled, or the bound so far."""
+    best = None if answer is None else answer.max_batch
+    if best is None:
+        return ""
+    if best.settled:
+        return settled_batch(best.batch * inputs.num_gpus)
+    return tr("at least {batch:,} (not settled yet)", batch=best.batch * inputs.num_gpus)
+
+
 def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool = False) -> str:
     """The Formula page's line on the step the Estimator shows, when that step is XLA's; ``taught``: the
     page teaches XLA's plan first (it says what fills its peak)."""
@@ -339,9 +358,7 @@ def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool 
         return tr("The sidebar's step is XLA's (jit_compile=True), whose plan for this batch is not known on this "
                   "server yet: the Estimator compiles it. This page teaches the graph executor's step "
                   "(jit_compile=False), and every number here is the walk's.")
-    best = answer.max_batch
-    largest = (settled_batch(best.batch * inputs.num_gpus) if best is not None and best.settled else
-               tr("at least {batch:,} (not settled yet)", batch=best.batch * inputs.num_gpus) if best is not None else "-")
+    largest = xla_largest(answer, inputs) or "-"
     shown = tr("The sidebar's step is XLA's (jit_compile=True): the Estimator shows XLA's own plan, {peak} at this "
                "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free.",
                peak=fmt(answer.plan.peak_bytes, inputs), gpu=gpu.name, largest=largest, margin=answer.budget.margin,

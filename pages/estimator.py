@@ -11,7 +11,7 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of, sidebar_inputs
 from dashboard.xla_step import hub_sequence, hub_view, hub_waits, model_waits, show_xla_notes, xla_state
-from dashboard.xla_view import margin_line, remat_note
+from dashboard.xla_view import kept_line, remat_note
 
 ensure_routed()
 charts.preload()
@@ -48,8 +48,8 @@ if inputs.num_gpus > 1:
 show_xla_notes(xla)
 if (remat := views.remat_line(shown, inputs)) is not None:
     st.caption(remat)
-if shown.step == "xla" and (margin := margin_line(xla.answer, inputs)) is not None:
-    st.caption(margin)
+if xla.answer is not None:
+    st.caption(kept_line(xla.answer, inputs))
 if shown.step == "xla" and (recompute := remat_note(xla.answer, inputs)) is not None:
     st.caption(recompute)
 if shown.step == "graph" and shown.final:
@@ -67,7 +67,7 @@ if shown.step == "graph" and shown.final:  # the walk's caveats: TensorFlow's al
 divisor = views.unit_divisor(inputs)
 left, right = st.columns(2)
 charts.plotly_chart(left, figures.breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes,
-                                                   divisor, inputs.unit), key="breakdown_chart")
+                                                   divisor, inputs.unit, shown.kept_bytes), key="breakdown_chart")
 charts.plotly_chart(right, figures.curve_figure(shown.curve, shown.capacity_bytes, shown.usable_bytes,
                                                 shown.max_batch, divisor, inputs.unit), key="curve_chart")
 right.caption(views.curve_caption(shown))

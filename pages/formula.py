@@ -10,7 +10,7 @@ from dashboard.pagekit import inputs_and_profile
 from dashboard.routes import ensure_routed
 from dashboard.widgets import gpu_of, sidebar_inputs
 from dashboard.xla_step import teach_hub, xla_answer_for
-from dashboard.xla_view import lesson_line, xla_lesson
+from dashboard.xla_view import lesson_line, xla_largest, xla_lesson
 
 ensure_routed()
 inputs = sidebar_inputs()
@@ -24,13 +24,15 @@ terms = lesson.terms(n, inputs)
 presenting = inputs.present
 answer = xla_answer_for(inputs, gpu)
 xla = xla_lesson(answer, n.breakdown, inputs)  # XLA's plan as a lesson, where it says what fills its peak
+largest_xla = xla_largest(answer, inputs)
 if presenting:
     st.html(presentation.CSS)
 st.title(tr("The formula, with your numbers"))
 top = st.columns([1, 1, 2])
 top[0].toggle(tr("Presentation mode"), key="present", help=tr("Large type, no sidebar, one term at a time"))
 top[1].download_button(tr("Handout (HTML, printable)"),
-                       lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs), xla=xla),
+                       lesson.handout_html(n, inputs, terms, gpu.name, **lesson.handout_source(inputs), xla=xla,
+                                           xla_largest=largest_xla),
                        "memory-formula.html", "text/html", key="dl_handout")
 
 if presenting:  # on a projector, the lesson of the sidebar's step alone (XLA's plan where it says what fills its peak)
@@ -38,7 +40,7 @@ if presenting:  # on a projector, the lesson of the sidebar's step alone (XLA's 
         presentation.present(list(xla.terms), xla.peak_bytes, tr("XLA's plan, with your numbers"), [xla.why], inputs)
     else:
         presentation.present(terms, n.breakdown.peak_bytes, tr("1. What this tool computes"),
-                             [lesson.needed_markdown(n, inputs, gpu), lesson.largest_markdown(n, inputs, gpu.name)],
+                             [lesson.needed_markdown(n, inputs, gpu), lesson.largest_markdown(n, inputs, gpu.name, largest_xla)],
                              inputs)
     st.stop()
 
@@ -69,7 +71,7 @@ for term in terms:
     st.markdown(lesson.term_markdown(term, inputs))
 st.latex(lesson.sum_latex(terms, n.breakdown.peak_bytes, inputs))
 st.markdown(lesson.needed_markdown(n, inputs, gpu))
-st.markdown(lesson.largest_markdown(n, inputs, gpu.name))
+st.markdown(lesson.largest_markdown(n, inputs, gpu.name, largest_xla))
 
 st.header(tr("2. The rules of thumb people use, for the same configuration"))
 st.markdown(tr("Their symbols: **N**, every layer's output values per sample, summed (the Output Shape column of "

@@ -139,7 +139,7 @@ def test_the_longest_sequence_is_searched_one_compile_at_a_time_over_each_length
     from calc.xla.search import XlaMaxSequence
 
     page = Setup.of(make_hub_spec("gemma2_2b_en", 512, 4), TrainingConfig(batch_size=1, optimizer="adamw"), "l4")
-    want = Want.of(page, Kind.SEQUENCE, batch=1, budget_bytes=6 * GIB)
+    want = Want.of(page, Kind.SEQUENCE, batch=1, budget_bytes=9 * GIB)
     fake_work.DELAY_S["plan"] = 0.25
     seen = []
 
@@ -153,10 +153,11 @@ def test_the_longest_sequence_is_searched_one_compile_at_a_time_over_each_length
     answer = want.sequence(Setup.known)
     assert isinstance(answer, XlaMaxSequence)
 
-    def peak(tokens):  # fake_analysis at tokens // 64 samples: the state, 8 bytes, 40 MiB and 60 MiB + 600,000 a sample
-        return 300 * 2**20 + 8 + 40 * 2**20 + (60 * 2**20 + 600_000) * (tokens // 64)
+    def peak(tokens):  # fake_analysis at tokens // 64 samples: the state, 8 bytes, 40 MiB and 60 MiB + 600,000 a sample;
+        # beside the plan, the logits of one sequence kept free: tokens x 256,000 words x 2 bytes (bfloat16)
+        return 300 * 2**20 + 8 + 40 * 2**20 + (60 * 2**20 + 600_000) * (tokens // 64) + tokens * 256_000 * 2
 
-    assert peak(answer.max_sequence) <= 6 * GIB < peak(answer.exceeds)
+    assert peak(answer.max_sequence) <= 9 * GIB < peak(answer.exceeds)
     assert answer.exceeds - answer.max_sequence <= answer.max_sequence // 64
     assert [t for _, t in seen][:5] == [512, 1024, 2048, 4096, 8192]  # the page's length first, then doubled
     assert [s for s, _ in seen] == list(range(1, len(seen) + 1)) and len(fake_work.CALLS) == service.finished

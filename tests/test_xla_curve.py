@@ -224,18 +224,19 @@ def test_a_drawn_plans_parts_sum_to_its_drawn_peak():
     assert drawn.drawn_through == (8, 32) and not drawn.compiled and at(8).compiled
 
 
-def test_a_kerashub_budget_without_its_record_keeps_the_other_records_margin(monkeypatch):
+def test_a_kerashub_budget_without_its_record_keeps_the_other_records_residual_and_the_users_margin_on_top(
+        monkeypatch):
     from calc.gpus import GPU_PRESETS
     from calc.validation.margins import PlanMargin
     from calc.xla import budget
 
     monkeypatch.setattr(budget, "hub_plan_margin", lambda: PlanMargin(0.0, 0, 0.0, "hub_h200"))
-    monkeypatch.setattr(budget, "plan_margin", lambda: PlanMargin(0.095, 32, -0.095))
-    assert budget.plan_budget(GPU_PRESETS["t4"], 0.05, hub=True).margin == 0.095
-    monkeypatch.setattr(budget, "hub_plan_margin", lambda: PlanMargin(0.2, 8, -0.2, "hub_h200"))
+    monkeypatch.setattr(budget, "plan_margin", lambda: PlanMargin(0.03, 32, -0.095))
+    assert budget.plan_budget(GPU_PRESETS["t4"], 0.05, hub=True).margin == pytest.approx(0.08)
+    monkeypatch.setattr(budget, "hub_plan_margin", lambda: PlanMargin(0.01, 8, -0.2, "hub_h200"))
     hub = budget.plan_budget(GPU_PRESETS["t4"], 0.05, hub=True)
-    assert hub.margin == 0.2 and hub.measured.record == "hub_h200"
-    assert budget.plan_budget(GPU_PRESETS["t4"], 0.05).margin == 0.095
+    assert hub.margin == pytest.approx(0.06) and hub.measured.record == "hub_h200"
+    assert budget.plan_budget(GPU_PRESETS["t4"], 0.0).margin == pytest.approx(0.03)
 
 
 @pytest.mark.parametrize("lines", [True, False])

@@ -30,14 +30,29 @@ def displayed(markdown: str) -> str:
 
 
 def xla_margin(user: float = 0.05) -> float:
-    """The margin an XLA verdict keeps: the user's, or, where larger, the one under which every measured
-    XLA step of the committed plan report fits (each case: 1 - predicted / its largest run)."""
+    """The share of the card an XLA verdict of a catalogue model keeps: the share under which every measured
+    XLA step of the committed plan report fits once its largest convolution's workspace is kept beside its
+    plan (each case: 1 - predicted / (its largest run - that workspace)), and the user's on top."""
     import json
 
-    path = Path(__file__).resolve().parent.parent / "calc" / "data" / "gpu_tf_h100_xla_plan_report.json"
-    cases = json.loads(path.read_text())["cases"]
-    measured = max(1 - c["predicted_bytes"] / max(c.get("runs_bytes") or [c["measured_bytes"]]) for c in cases)
-    return max(user, measured)
+    from calc.requests import config_from_dict, spec_from_dict
+
+    root = Path(__file__).resolve().parent.parent / "calc" / "data"
+    runs = {c["case"]: c for c in json.loads((root / "gpu_tf_h100_xla.json").read_text())["cases"]}
+    worst = 0.0
+    for c in json.loads((root / "gpu_tf_h100_xla_plan_report.json").read_text())["cases"]:
+        run = runs[c["case"]]
+        config = config_from_dict(run["config"])
+        kept = xla_kept(spec_from_dict(run["spec"]), config.precision.value, config.per_replica_batch)
+        worst = max(worst, 1 - c["predicted_bytes"] / (max(c.get("runs_bytes") or [c["measured_bytes"]]) - kept))
+    return worst + user
+
+
+def xla_kept(spec, precision: str, batch: int) -> int:
+    """The bytes an XLA verdict keeps free beside the plan of ``spec`` at one device's ``batch`` (``calc.xla.kept``)."""
+    from calc.xla.kept import kept_for
+
+    return kept_for(spec, precision).at(batch)
 
 
 # Python for a plan child (``calc.workers.plans.plan_env``, a plan worker's environment): the temporaries of a ``calc.keras.plan.PlanModel``'s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
@@ -139,10 +140,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu: GpuPreset, plan, *,
                 hub: dict[str, Any] | None = None, notes: list[str] | None = None) -> int:
-    from calc.xla import plan_budget
+    from calc.xla.budget import kept_lines, step_budget
 
-    budget = plan_budget(gpu, args.margin, hub=hub is not None)
-    needed = plan.peak_bytes + gpu.overhead_bytes
+    budget = step_budget(gpu, args.margin, _plan_spec(args), config.precision.value)
+    kept = budget.kept_at(config.per_replica_batch)
+    needed = plan.peak_bytes + kept + gpu.overhead_bytes
     out: dict[str, Any] = {
         "model": name,
         "step": "xla",
@@ -162,6 +164,8 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
         "versions": plan.versions,
         "gpu": gpu.key, "gpu_memory_bytes": gpu.memory_bytes, "framework_overhead_bytes": gpu.overhead_bytes,
         "margin": budget.margin,
+        "kept_free": {"mechanism": budget.kept.mechanism or None, "bytes": kept, "residual": budget.measured.fraction,
+                      "user_margin": args.margin},
         "fits": needed <= budget.usable_bytes,
         "peak_breakdown": plan.breakdown(),
         "peak_explained": plan.explained.to_dict() if plan.explained is not None else None,
@@ -180,17 +184,13 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in plan.components().items()]
     lines.append(f"  {'planned peak':20s} {plan.peak_bytes / GIB:10.3f} GiB  ({plan.peak_bytes:,} bytes, {how}; "
                  f"{plan.versions}, XLA autotuning off)")
-    lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB on {gpu.name}: "
+    kept_part = f" + {kept / GIB:.3f} GiB kept free" if kept else ""
+    lines.append(f"  + framework overhead {gpu.overhead_bytes / GIB:.3f} GiB{kept_part} on {gpu.name}: "
                  f"{'fits' if out['fits'] else 'does NOT fit'} ({needed / GIB:.2f} of {budget.usable_bytes / GIB:.2f} "
                  f"GiB usable with a {budget.margin:.1%} margin); `max-batch` finds the largest batch")
     if getattr(args, "explain", False):
         lines += explained_lines(plan)
-    if budget.margin_is_measured:
-        measured = ("KerasHub steps run on an H200, the process (XLA's autotuner on) took up to"
-                    if budget.measured.record == "hub_h200" else
-                    "steps measured on an H100, TensorFlow's XLA step took up to")
-        lines.append(f"  note: the margin is {budget.margin:.1%}, not {args.margin:.0%}: on {budget.measured.cases} "
-                     f"{measured} {budget.measured.worst_excess:.1%} more than the plan")
+    lines += [f"  kept free: {line}" for line in kept_lines(budget, config.per_replica_batch)]
     print_out(out, args.json, lines)
     return 0
 
@@ -260,12 +260,14 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
                          out: dict[str, Any]) -> bool:
     """The largest batch by XLA's plans (the search from the plans known, compiling what it lacks);
     False, with one line on stderr, where no plan can be made (the walk's answer is printed then)."""
-    from calc.xla import PlanError, plan_budget, plan_max_batch
+    from calc.xla import PlanError, plan_max_batch
+    from calc.xla.budget import kept_lines, step_budget
 
-    budget = plan_budget(gpu, args.margin, hub=is_hub(args))
+    spec = _plan_spec(args)
+    budget = step_budget(gpu, args.margin, spec, config.precision.value)
     try:
-        found = plan_max_batch(_plan_spec(args), config, gpu.key, budget.plan_bytes, max(1, walk // config.num_gpus),
-                               "" if args.remat == "none" else args.remat)
+        found = plan_max_batch(spec, config, gpu.key, budget.plan_bytes, max(1, walk // config.num_gpus),
+                               "" if args.remat == "none" else args.remat, kept_per_sample=budget.kept.per_sample_bytes)
     except PlanError as exc:
         if walk:  # a KerasHub model has no walk: its caller says the plan is unavailable
             print(f"calc: the XLA plan is unavailable ({exc}); showing the graph-executor walk instead",
@@ -275,8 +277,10 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
     best = found.max_batch * config.num_gpus
     out.update(step="xla", max_batch_size=best, graph_max_batch_size=walk or None, compiles=found.compiles,
                known_before=found.known, settled=True, exceeds=found.exceeds, margin=budget.margin,
-               compiled=[{"per_device_batch": b, "needed_bytes": n, "fits": n <= budget.plan_bytes}
-                         for b, n in found.compiled])
+               kept_free={"mechanism": budget.kept.mechanism or None, "per_sample_bytes": budget.kept.per_sample_bytes,
+                          "residual": budget.measured.fraction, "user_margin": args.margin},
+               compiled=[{"per_device_batch": b, "needed_bytes": n + budget.kept_at(b),
+                          "fits": n + budget.kept_at(b) <= budget.plan_bytes} for b, n in found.compiled])
     if found.max_batch and found.fits_bytes is not None and found.exceeds_bytes is not None:
         edge = (f"batch {found.max_batch} per device planned {found.fits_bytes / GIB:.2f} GiB and fits, "
                 f"{found.exceeds} planned {found.exceeds_bytes / GIB:.2f} GiB and does not")
@@ -290,7 +294,8 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
         f"{name} on {gpu.name} (margin {budget.margin:.1%}), XLA's plan (jit_compile=True): largest batch {best}; "
         f"{edge} ({budget.plan_bytes / GIB:.2f} GiB for the plan after the framework overhead); {how}; found by "
         f"searching XLA's plans from the line through known plans"
-        + (f" (the graph-executor walk says {walk})" if walk else "")])
+        + (f" (the graph-executor walk says {walk})" if walk else ""),
+        *(f"  kept free at batch {found.max_batch}: {line}" for line in kept_lines(budget, found.max_batch))])
     return True
 
 
@@ -327,7 +332,9 @@ def explained_lines(plan) -> list[str]:
 
 def cmd_max_seq(args: argparse.Namespace) -> int:
     """The longest sequence a KerasHub text model trains at the batch given, by XLA's plans."""
-    from calc.xla import PlanError, plan_budget
+    from calc.xla import PlanError
+    from calc.xla.budget import kept_lines, step_budget
+    from calc.xla.kept import kept_for
     from calc.xla.search import plan_max_sequence
 
     if not is_hub(args):
@@ -335,7 +342,7 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
     spec, config, gpu = _hub_setup(args)
     if not spec.model.text:
         raise ValueError(f"{spec.preset} is an image model: it has no sequence to lengthen.")
-    budget = plan_budget(gpu, args.margin, hub=True)
+    budget = step_budget(gpu, args.margin, spec, "")
     try:
         found = plan_max_sequence(spec, config, gpu.key, budget.plan_bytes, "" if args.remat == "none" else args.remat)
     except PlanError as exc:
@@ -344,7 +351,9 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
            "per_device_batch": config.per_replica_batch, "lora_rank": spec.lora_rank or None, "dtype": spec.dtype,
            "margin": budget.margin, "max_sequence_length": found.max_sequence, "exceeds": found.exceeds,
            "model_limit": found.limit, "compiles": found.compiles,
-           "compiled": [{"sequence_length": n, "plan_bytes": b, "fits": b <= budget.plan_bytes}
+           "kept_free": {"mechanism": budget.kept.mechanism or None, "residual": budget.measured.fraction,
+                         "user_margin": args.margin},
+           "compiled": [{"sequence_length": n, "needed_bytes": b, "fits": b <= budget.plan_bytes}
                         for n, b in found.compiled]}
     if found.exceeds is None:
         edge = f"the model's own limit, {found.limit:,} tokens, fits"
@@ -355,5 +364,9 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
     print_out(out, args.json, [
         f"{spec.preset} on {gpu.name} (margin {budget.margin:.1%}), batch {config.batch_size}, XLA's plan "
         f"(jit_compile=True): longest sequence {found.max_sequence:,}; {edge} ({budget.plan_bytes / GIB:.2f} GiB for "
-        f"the plan after the framework overhead); {found.compiles} plans read or compiled"])
+        f"the plan and the bytes kept free beside it, after the framework overhead); {found.compiles} plans read "
+        f"or compiled",
+        *(f"  kept free at {found.max_sequence:,} tokens: {line}" for line in
+          kept_lines(replace(budget, kept=kept_for(replace(spec, sequence_length=max(1, found.max_sequence)), "")),
+                     config.per_replica_batch))])
     return 0

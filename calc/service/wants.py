@@ -107,14 +107,16 @@ class Want:
     budget_bytes: int = 0  # SEARCH, SEQUENCE: what the plan may take
     start: int = 1  # SEARCH: the first batch tried when the curve knows nothing
     spec: ModelSpec | None = None  # BUILD
+    kept_per_sample: int = 0  # SEARCH: bytes kept free per sample beside the plan (``calc.xla.kept``)
 
     @classmethod
     def build(cls, spec: ModelSpec) -> Want:
         return cls(Kind.BUILD, spec=spec)
 
     @classmethod
-    def of(cls, setup: Setup, kind: Kind, *, batch: int = 0, budget_bytes: int = 0, start: int = 1) -> Want:
-        return cls(kind, setup, batch=batch, budget_bytes=budget_bytes, start=start)
+    def of(cls, setup: Setup, kind: Kind, *, batch: int = 0, budget_bytes: int = 0, start: int = 1,
+           kept_per_sample: int = 0) -> Want:
+        return cls(kind, setup, batch=batch, budget_bytes=budget_bytes, start=start, kept_per_sample=kept_per_sample)
 
     @property
     def what(self) -> Setup | ModelSpec:
@@ -150,7 +152,7 @@ class Want:
         return None if batch is None else PlanTask(self.setup, batch)
 
     def next_batch(self, known: xla.KnownPlans) -> int | None:
-        curve = known.curve
+        curve = known.curve.keeping(self.kept_per_sample)
         if self.kind is Kind.EXPLAIN:
             plan = known.plans.get(self.batch)
             return self.batch if plan is not None and plan.explained is None else None

@@ -457,7 +457,8 @@ class WorkService:
         if want.kind in (Kind.SEARCH, Kind.SEQUENCE) and want.setup is not None:
             step = self._searched.get((want.setup, want.budget_bytes, want.kind), 0) + 1
         if want.kind is Kind.SEARCH and want.setup is not None:
-            total = step - 1 + max(1, self._known(want.setup).curve.search_left(want.budget_bytes))
+            curve = self._known(want.setup).curve.keeping(want.kept_per_sample)
+            total = step - 1 + max(1, curve.search_left(want.budget_bytes))
         if want.kind is Kind.SEQUENCE and isinstance(task, PlanTask):
             assert isinstance(task.setup.spec, HubSpec)
             tokens = task.setup.spec.sequence_length

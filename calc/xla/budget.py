@@ -1,17 +1,20 @@
-"""What a plan may take on a card: the card less the safety margin and the framework overhead.
+"""What a plan may take on a card: the card less what the verdict keeps free and the framework overhead.
 
-The margin of an XLA verdict is the user's, or the plan's measured one where that is larger
-(``calc.validation.margins``): a batch said to fit keeps free at least what the plan fell
-short of TensorFlow's XLA step on the measured steps, or, for a KerasHub model, of the
-KerasHub steps measured.
+A verdict from XLA's plan keeps free, beside the plan, the bytes of the mechanism its measured record
+names for the step (``calc.xla.kept``: a causal LM's logits buffer, a convolution's workspace; growing
+with the batch), then the residual share of the card that record still shows (``calc.validation.margins``),
+then the user's own margin on top.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from calc.catalogue import ModelFile, ModelSpec
 from calc.gpus import GpuPreset
+from calc.hub import HubSpec
 from calc.validation.margins import PlanMargin, hub_plan_margin, plan_margin
+from calc.xla.kept import LOGITS, WORKSPACE, Kept, kept_for
 
 
 @dataclass(frozen=True)
@@ -21,32 +24,64 @@ class PlanBudget:
     memory_bytes: int
     overhead_bytes: int  # the framework's, outside the allocator (``GpuPreset.overhead_bytes``)
     user_margin: float  # the share of the card the user keeps free
-    measured: PlanMargin  # what the plan's record asks for
+    measured: PlanMargin  # the record behind the residual share
+    kept: Kept = Kept()  # the mechanism's bytes per sample
 
     @property
     def margin(self) -> float:
-        """The share kept free: the user's, or the measured one where larger."""
-        return max(self.user_margin, self.measured.fraction)
-
-    @property
-    def margin_is_measured(self) -> bool:
-        return self.measured.fraction > self.user_margin
+        """The share of the card kept free: the record's residual and the user's margin on top."""
+        return min(0.99, self.measured.fraction + self.user_margin)
 
     @property
     def usable_bytes(self) -> int:
-        """The card less the margin: what the plan and the framework overhead may take."""
+        """The card less the margin: what the plan, the mechanism's bytes and the framework overhead may take."""
         return int(self.memory_bytes * (1.0 - self.margin))
 
     @property
     def plan_bytes(self) -> int:
-        """What the plan itself may take."""
+        """What the plan and the mechanism's bytes may take."""
         return self.usable_bytes - self.overhead_bytes
 
+    def kept_at(self, batch: int) -> int:
+        """The mechanism's bytes at one device's ``batch``."""
+        return self.kept.at(batch)
 
-def plan_budget(gpu: GpuPreset, user_margin: float, hub: bool = False) -> PlanBudget:
+
+def plan_budget(gpu: GpuPreset, user_margin: float, hub: bool = False, kept: Kept = Kept()) -> PlanBudget:
     """The budget of one device's plan on ``gpu`` with the user's safety margin (a fraction); ``hub``: of a
-    KerasHub model, whose measured record is its own."""
+    KerasHub model, whose measured record is its own; ``kept``: the step's mechanism (``calc.xla.kept.kept_for``)."""
     measured = hub_plan_margin() if hub else plan_margin()
     if not measured.cases:  # no KerasHub record here (the files absent): the other record rather than none
         measured = plan_margin()
-    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, measured)
+    return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, measured, kept)
+
+
+def step_budget(gpu: GpuPreset, user_margin: float, spec: ModelSpec | ModelFile | HubSpec, precision: str) -> PlanBudget:
+    """``plan_budget`` for one step of ``spec``: its record (a KerasHub model's or the catalogue's) and its
+    mechanism's bytes (``precision``: the catalogue's; a KerasHub model's dtype is its own)."""
+    return plan_budget(gpu, user_margin, hub=isinstance(spec, HubSpec), kept=kept_for(spec, precision))
+
+
+MECHANISMS = {
+    LOGITS: "one buffer of the step's logits (batch x tokens x vocabulary x the compute dtype's bytes), which "
+            "XLA's autotuner kept beside the plan on the KerasHub steps measured on an H200",
+    WORKSPACE: "a cuDNN workspace as large as the largest convolution's input and output, which bounded what "
+               "TensorFlow's XLA step took beside the plan on the large steps measured on an H100",
+}
+RECORDS = {"tf_h100": "steps of TensorFlow's XLA step measured on an H100",
+           "hub_h200": "KerasHub steps measured on an H200 (XLA's autotuner on)"}
+
+
+def kept_lines(budget: PlanBudget, batch: int, gib: float = float(1 << 30)) -> list[str]:
+    """What the verdict keeps free at one device's ``batch`` and why, in English lines (the command line's)."""
+    kept = budget.kept_at(batch)
+    lines = []
+    if kept:
+        lines.append(f"{kept / gib:.3f} GiB for {MECHANISMS[budget.kept.mechanism]}")
+    measured = budget.measured
+    lines.append(f"{measured.fraction:.1%} of the card: the most the {measured.cases} {RECORDS[measured.record]} "
+                 f"took beyond their plans{' and that buffer' if budget.kept.mechanism else ''} "
+                 f"(a flat share would have needed {measured.flat:.1%})")
+    if budget.user_margin:
+        lines.append(f"{budget.user_margin:.1%} of the card: your margin, on top")
+    return lines

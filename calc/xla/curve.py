@@ -134,15 +134,26 @@ class PlanCurve:
     points: tuple[CompiledPoint, ...]
     device_memory_bytes: int
     slop: int = SLOP_PERCENT
+    kept_per_sample: int = 0  # bytes a verdict keeps free beside each sample's plan (``calc.xla.kept``)
 
     @classmethod
-    def of(cls, points: Iterable[CompiledPoint], device_memory_bytes: int, slop: int = SLOP_PERCENT) -> PlanCurve:
+    def of(cls, points: Iterable[CompiledPoint], device_memory_bytes: int, slop: int = SLOP_PERCENT,
+           kept_per_sample: int = 0) -> PlanCurve:
         by_batch = {p.batch: p for p in points}
-        return cls(tuple(by_batch[b] for b in sorted(by_batch)), device_memory_bytes, slop)
+        return cls(tuple(by_batch[b] for b in sorted(by_batch)), device_memory_bytes, slop, kept_per_sample)
 
     def adding(self, *points: CompiledPoint) -> PlanCurve:
         """The same curve with these plans compiled too."""
-        return PlanCurve.of((*self.points, *points), self.device_memory_bytes, self.slop)
+        return PlanCurve.of((*self.points, *points), self.device_memory_bytes, self.slop, self.kept_per_sample)
+
+    def keeping(self, per_sample_bytes: int) -> PlanCurve:
+        """The same plans, whose largest batch keeps ``per_sample_bytes`` free per sample beside each plan: a
+        batch fits where its plan and that room together fit the budget."""
+        return PlanCurve(self.points, self.device_memory_bytes, self.slop, per_sample_bytes)
+
+    def needed(self, batch: int, peak_bytes: int) -> int:
+        """What a batch whose plan peaks at ``peak_bytes`` needs of the budget: the plan and the room kept."""
+        return peak_bytes + self.kept_per_sample * batch
 
     # --- where the line holds ----------------------------------------------------------
 
@@ -226,16 +237,17 @@ class PlanCurve:
 
     def bracket(self, budget_bytes: int) -> tuple[int | None, int | None]:
         """(the largest compiled batch that fits, the smallest compiled batch above it that does not)."""
-        fits = [p.batch for p in self.points if p.peak_bytes <= budget_bytes]
+        fits = [p.batch for p in self.points if self.needed(p.batch, p.peak_bytes) <= budget_bytes]
         lo = max(fits) if fits else None
-        over = [p.batch for p in self.points if p.peak_bytes > budget_bytes and p.batch > (lo or 0)]
+        over = [p.batch for p in self.points if self.needed(p.batch, p.peak_bytes) > budget_bytes
+                and p.batch > (lo or 0)]
         return lo, (min(over) if over else None)
 
     def line_crossing(self, budget_bytes: int) -> int | None:
         """The largest batch whose drawn point fits the budget (None: no line, or not even at its start)."""
         def fits(batch: int) -> bool:
             point = self.drawn(batch)
-            return point is not None and point.peak_bytes <= budget_bytes
+            return point is not None and self.needed(batch, point.peak_bytes) <= budget_bytes
 
         end, start = self.line_end(), self.line_start()
         if end is None or start is None or not fits(start):
@@ -248,7 +260,7 @@ class PlanCurve:
         not always: DenseNet121 on an L4 planned 6.7 % over it at 1.3 times the region's end)."""
         def within(batch: int) -> bool:
             peak = self.line_peak(batch)
-            return peak is not None and peak <= budget_bytes
+            return peak is not None and self.needed(batch, peak) <= budget_bytes
 
         start = self.line_start()
         return None if start is None or not within(start) else largest_where(within, start)
@@ -294,17 +306,18 @@ class PlanCurve:
                 guess = max(guess, self.line_crossing_drawn_on(budget_bytes) or 0)  # drawn on, crosses it
             top = self.compiled(low)
             if guess <= low and top is not None:  # past the line: XLA rematerialises, the plan bends under it
-                guess = max(low * budget_bytes // max(top.peak_bytes, 1), low + max(1, low // 2))
+                guess = max(low * budget_bytes // max(self.needed(low, top.peak_bytes), 1), low + max(1, low // 2))
             return min(max(guess, low + 1), limit)
         if low == 0:
             return max(1, hi // 2) if hi > 1 else None
         m_lo, m_hi = self.compiled(low), self.compiled(hi)
         assert m_lo is not None and m_hi is not None
         width = hi - low
-        if width <= 4 or m_hi.peak_bytes <= m_lo.peak_bytes:
+        n_lo, n_hi = self.needed(low, m_lo.peak_bytes), self.needed(hi, m_hi.peak_bytes)
+        if width <= 4 or n_hi <= n_lo:
             guess = low + width // 2
         else:
-            guess = low + int((budget_bytes - m_lo.peak_bytes) * width / (m_hi.peak_bytes - m_lo.peak_bytes))
+            guess = low + int((budget_bytes - n_lo) * width / (n_hi - n_lo))
             guess = min(max(guess, low + width // 4), hi - width // 4)
         return min(max(guess, low + 1), hi - 1)
 

@@ -17,6 +17,7 @@ from calc.hub import HubSpec
 from calc.types import TrainingConfig
 from calc.xla.compute import KnownPlans, compute_plan, known_curve
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
+from calc.xla.kept import logits_per_sample
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,11 @@ def max_batch_xla(needed: Callable[[int], int], usable_bytes: int, start: int, *
 
 
 def plan_max_batch(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int,
-                   start: int, remat: str = "", **kwargs: Any) -> XlaMaxBatch:
-    """The largest per-device batch whose plan fits ``usable_bytes``, from the plans known of this
-    configuration on this card and as few compiles more as the search needs."""
-    curve = known_curve(spec, config, gpu_key, remat)
+                   start: int, remat: str = "", *, kept_per_sample: int = 0, **kwargs: Any) -> XlaMaxBatch:
+    """The largest per-device batch whose plan, with ``kept_per_sample`` bytes free per sample beside it
+    (``calc.xla.kept``), fits ``usable_bytes``, from the plans known of this configuration on this card and
+    as few compiles more as the search needs."""
+    curve = known_curve(spec, config, gpu_key, remat).keeping(kept_per_sample)
 
     def plan_at(per_device: int) -> CompiledPoint:
         one = replace(config, batch_size=per_device, num_gpus=1)
@@ -152,18 +154,24 @@ def sequence_search(peak_at: Callable[[int], int | None], usable_bytes: int, sta
         return int(missing.args[0])
 
 
+def kept_at_length(spec: HubSpec, batch: int, n: int) -> int:
+    """The bytes a verdict keeps free beside the plan of ``spec`` at ``n`` tokens and one-device ``batch``
+    (``calc.xla.kept``: a causal LM's logits grow with the sequence)."""
+    return batch * logits_per_sample(replace(spec, sequence_length=n))
+
+
 def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int,
                           known_of: Callable[[HubSpec], KnownPlans]) -> tuple[XlaMaxSequence | int, dict[int, int]]:
     """``sequence_search`` for a KerasHub text model at one-device ``batch``, from the spec's length, over
     the plans ``known_of`` gives each length (nothing is compiled): its answer or the next length to
-    compile, and the plan bytes of every length it read."""
+    compile, and what every length it read needs (its plan and the bytes kept free beside it)."""
     read: dict[int, int] = {}
 
     def peak_at(n: int) -> int | None:
         plan = known_of(replace(spec, sequence_length=n)).plans.get(batch)
         if plan is not None:
-            read[n] = plan.peak_bytes
-        return None if plan is None else plan.peak_bytes
+            read[n] = plan.peak_bytes + kept_at_length(spec, batch, n)
+        return None if plan is None else read[n]
 
     return sequence_search(peak_at, usable_bytes, spec.sequence_length, spec.model.sequence_limit), read
 
@@ -171,9 +179,10 @@ def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int,
 def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usable_bytes: int, remat: str = "",
                       **kwargs: Any) -> XlaMaxSequence:
     """The longest sequence a KerasHub text model trains at ``config``'s per-device batch within
-    ``usable_bytes``, by compiling XLA's plan at each length the search tries (a length's plan is
-    its own family: attention makes the plan grow faster than the sequence, so no line is drawn)."""
+    ``usable_bytes`` (its plan and the bytes kept free beside it, ``kept_at_length``), by compiling XLA's
+    plan at each length the search tries (a length's plan is its own family: attention makes the plan grow
+    faster than the sequence, so no line is drawn). ``compiled`` holds what each length needs."""
     one = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
     return longest_fitting(lambda n: compute_plan(replace(spec, sequence_length=n), one, gpu_key, remat,
-                                                  **kwargs).peak_bytes,
+                                                  **kwargs).peak_bytes + kept_at_length(spec, one.batch_size, n),
                            usable_bytes, spec.sequence_length, spec.model.sequence_limit)
