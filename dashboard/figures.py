@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from dashboard.i18n import mark, tr
@@ -109,12 +111,13 @@ def breakdown_figure(components: dict[str, int], overhead: int, capacity: int, d
     return fig
 
 
-def curve_figure(curve, capacity: int, usable: int, best: int, divisor: float, unit: str) -> go.Figure:
+def curve_figure(curve, capacity: int, usable: int, best: str, divisor: float, unit: str) -> go.Figure:
     """The batch curve (``dashboard.views.CurveView``) against the card, on linear axes.
 
     With XLA's plan: its line (drawn through compiled plans), its compiled plans as circles,
     and the walk in grey for comparison; with the walk alone: the walk's line. The chosen
-    batch and the largest that fits are marked on what the page shows.
+    batch and the largest that fits are marked on what the page shows; ``best``: the largest batch as
+    the metric writes it ("24", or "≥ 24" while XLA's search runs), so the legend says what the metric says.
     """
     fig = go.Figure()
     xla = bool(curve.drawn or curve.compiled)
@@ -136,8 +139,8 @@ def curve_figure(curve, capacity: int, usable: int, best: int, divisor: float, u
                                          memory=f"%{{y:.2f}} {unit}") + "<extra></extra>")
     lines = [(capacity / divisor, "dash", NEUTRAL, tr("GPU memory"), "top left")]
     if usable != capacity:
-        lines.append((usable / divisor, "dot", NEUTRAL, tr("with safety margin"), "bottom right"))
-    _hlines(fig, lines)
+        lines.append((usable / divisor, "dot", NEUTRAL, tr("with safety margin"), "bottom left"))  # clear of the
+    _hlines(fig, lines)  # points, which meet the line on the right
     if curve.current is not None:
         batch, nbytes = curve.current
         fig.add_scatter(x=[batch], y=[nbytes / divisor], mode="markers", name=tr("batch {batch}", batch=batch),
@@ -233,14 +236,23 @@ def validation_figure(measured, predicted, labels, divisor: float, unit: str, ex
 
 def curves_figure(series: dict[str, tuple[list[int], list[int]]], limits: dict[str, int], divisor: float, unit: str,
                   markers: bool = False) -> go.Figure:
-    """Memory over the batch, a line a series (``markers``: each point marked, for compiled plans)."""
+    """Memory over the batch, a line a series (``markers``: each point marked, for compiled plans); a card's
+    line each, cards of the same usable memory (within 1 % of the plot's height) on one line, named together."""
     fig = go.Figure()
     for name, (batches, totals) in series.items():
         fig.add_scatter(x=batches, y=[t / divisor for t in totals], mode="lines+markers" if markers else "lines",
                         name=name)
-    _hlines(fig, [(limit / divisor, "dash", NEUTRAL, name, "top right") for name, limit in limits.items()])
+    top = 1.3 * max(limits.values(), default=0)
+    merged: list[tuple[int, list[str]]] = []
+    for name, limit in sorted(limits.items(), key=lambda kv: kv[1]):
+        if merged and limit - merged[-1][0] <= top / 100:
+            merged[-1][1].append(name)
+        else:
+            merged.append((limit, [name]))
+    _hlines(fig, [(limit / divisor, "dash", NEUTRAL, ", ".join(names), "top right") for limit, names in merged])
     fig.update_layout(xaxis_title=tr("batch size"), yaxis_title=unit, height=460)
     if limits:  # where the curves cross the cards, not where they end
-        fig.update_yaxes(range=[0, 1.3 * max(limits.values()) / divisor])
-    fig.update_xaxes(type="log")
+        fig.update_yaxes(range=[0, top / divisor])
+    largest = max((max(b) for b, _ in series.values() if b), default=1)
+    fig.update_xaxes(type="log", range=[0, math.log10(max(2, largest) * 1.3)])  # from batch 1: no batch is smaller
     return fig

@@ -78,13 +78,12 @@ def largest_cell(cell: CompareCell, gpus: int) -> str:
 
 
 def peak_cell(cell: CompareCell, inputs: Inputs) -> str:
-    """The plan's peak at the sidebar's batch, with the framework's overhead as the Estimator adds it:
-    compiled, or drawn between compiled plans ("≈")."""
+    """The plan's peak at the sidebar's batch, as the Estimator's "Planned peak" shows it (the framework
+    overhead not in it): compiled, or drawn between compiled plans ("≈")."""
     plan = None if cell.answer is None else cell.answer.plan
     if plan is None:
         return _pending(cell)
-    total = plan.peak_bytes + cell.answer.budget.overhead_bytes  # type: ignore[union-attr]
-    return fmt(total, inputs) if plan.compiled else tr("≈ {value}", value=fmt(total, inputs))
+    return fmt(plan.peak_bytes, inputs) if plan.compiled else tr("≈ {value}", value=fmt(plan.peak_bytes, inputs))
 
 
 def _pending(cell: CompareCell) -> str:
@@ -119,3 +118,10 @@ def hub_compare_series(cells: dict[tuple[str, str], CompareCell], gpus: list[Gpu
             series[f"{preset} · {names[key]}"] = ([b * inputs.num_gpus for b, _ in plans],
                                                    [p.peak_bytes for _, p in plans])
     return series
+
+
+def catalogue_peaks_table(models: list[str], gpus: list[GpuPreset], cells: dict[tuple[str, str], CompareCell],
+                          inputs: Inputs) -> list[dict[str, object]]:
+    """The Compare page's catalogue models under the XLA step: XLA's planned peak at the batch, a row per model and
+    a column per card (plans differ between cards), as ``peak_cell`` gives it."""
+    return [{tr("model"): name, **{g.name: peak_cell(cells[name, g.key], inputs) for g in gpus}} for name in models]

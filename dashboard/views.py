@@ -19,6 +19,7 @@ from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import hub_models
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
+from calc.validation.margins import walk_to_xla_range
 from dashboard.figures import LABELS, bar_parts
 from dashboard.i18n import tr
 from dashboard.plain import plain
@@ -251,6 +252,7 @@ class ShownStep:
     # global batch, whose plan does not fit (None: no plan above it known yet).
     searching: bool = False
     below: int | None = None
+    bound_by_walk: bool = False  # ``decided_by`` is the range XLA's step took of the walk's peak, not a plan
     kept_bytes: int = 0  # kept free beside XLA's plan for what the card adds (``calc.xla.kept``), at this batch
 
     @property
@@ -281,6 +283,8 @@ def max_batch_value(shown: ShownStep) -> str:
         return settled_batch(shown.max_batch)
     if shown.max_batch == 0 and shown.below is not None:
         return f"< {shown.below:,}"
+    if shown.max_batch == 0:  # no plan known yet: nothing to say, and not the walk's number
+        return "…"
     return f"≥ {shown.max_batch:,}"
 
 
@@ -359,6 +363,17 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
                   if kept else "",
                   needed=fmt(view.needed_bytes, inputs), usable=fmt(view.usable_bytes, inputs),
                   margin=f"{margin:g}", gpus=inputs.num_gpus, per=config_of(inputs).per_replica_batch)
+    if isinstance(view, ShownStep) and not view.final and view.bound_by_walk and view.decided_by is not None:
+        low, high, cases = walk_to_xla_range()
+        if view.fits:
+            return tr("Fits: on the {cases} steps measured on an H100, TensorFlow's XLA step took at most {high:.0%} "
+                      "of the graph-executor walk's peak; here that is {needed} with the framework overhead, of "
+                      "{usable} usable after the {margin}% margin (this batch's plan is not compiled yet).",
+                      cases=cases, high=high, **{**values, "needed": fmt(view.decided_by[1], inputs)})
+        return tr("Does not fit: on the {cases} steps measured on an H100, TensorFlow's XLA step took at least {low:.0%} "
+                  "of the graph-executor walk's peak; here that is {needed} with the framework overhead, more than "
+                  "the {usable} usable after the {margin}% margin (this batch's plan is not compiled yet).",
+                  cases=cases, low=low, **{**values, "needed": fmt(view.decided_by[1], inputs)})
     if isinstance(view, ShownStep) and not view.final and view.decided_by is not None:
         batch, needed = view.decided_by
         if view.fits:
@@ -483,15 +498,19 @@ def compared_gpus(inputs: Inputs) -> list[str]:
     return own + [g for g in COMPARED_GPUS if g not in own]
 
 
+def walk_peak_column(inputs: Inputs) -> str:
+    """The Compare table's peak, as every page names a peak: without the framework overhead."""
+    return tr("peak at batch {batch} ({unit}, framework overhead not included)", batch=inputs.batch_size,
+              unit=inputs.unit)
+
+
 def compare_table(profiles: dict[str, ModelProfile], gpus: list[GpuPreset], inputs: Inputs) -> list[dict[str, object]]:
     """Largest batch that fits, models x GPUs ("which card do I need?")."""
     config = config_of(inputs)
     rows = []
     for name, profile in profiles.items():
         peak = estimate_memory(profile, config).peak_bytes
-        row: dict[str, object] = {tr("model"): name,
-                                  tr("peak at batch {batch} ({unit})", batch=inputs.batch_size, unit=inputs.unit):
-                                      round(peak / unit_divisor(inputs), 3)}
+        row: dict[str, object] = {tr("model"): name, walk_peak_column(inputs): round(peak / unit_divisor(inputs), 3)}
         for gpu in gpus:
             row[gpu.name] = max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
                                            safety_margin=inputs.margin / 100, limit=1 << 16)

@@ -56,6 +56,9 @@ class XlaState:
     def shown(self, view: views.EstimateView, inputs: Inputs) -> views.ShownStep:
         if self.answer is None:
             return views.shown_walk(view, inputs)
+        if self.answer.plan is None and any(p.state == "failed" for w, p in self.progress.items()
+                                            if w.kind in (Kind.PLAN, Kind.REFINE)):
+            return views.shown_walk(view, inputs)  # the plan cannot be made: the walk for good, as its note says
         if self.answer.plan is None:
             return shown_pending(view, inputs, self.answer, compiles_enabled())
         return shown_xla(view, inputs, self.answer, None if self.base_plan is None else self.base_plan.peak_bytes,
@@ -459,7 +462,7 @@ def compare_hubs(inputs: Inputs) -> None:
     largest, peaks = hub_compare_tables(presets, specs, gpus, cells, inputs)
     st.subheader(tr("Largest batch that fits"))
     st.dataframe(pd.DataFrame(largest), hide_index=True)
-    st.subheader(tr("Peak at batch {batch} ({unit})", batch=inputs.batch_size, unit=inputs.unit))
+    st.subheader(peaks_heading(inputs))
     st.dataframe(pd.DataFrame(peaks), hide_index=True)
     show_compare_progress(cells, wants)
     st.download_button(tr("Table as CSV"), pd.DataFrame(largest).to_csv(index=False), "compare.csv", "text/csv",
@@ -471,6 +474,12 @@ def compare_hubs(inputs: Inputs) -> None:
                             key="compare_chart")
         st.caption(tr("Each line joins the plans compiled for that model and card, at one device's batch."))
     st.stop()
+
+
+def peaks_heading(inputs: Inputs) -> str:
+    """The Compare page's peaks table, as every page names a peak: without the framework overhead."""
+    return tr("XLA's planned peak at batch {batch} ({unit}, framework overhead not included, as on the Estimator)",
+              batch=inputs.batch_size, unit=inputs.unit)
 
 
 def compare_setups(models: list[str], gpu_keys: list[str], inputs: Inputs) -> dict[tuple[str, str], Setup]:

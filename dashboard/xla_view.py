@@ -16,13 +16,14 @@ from calc.gpus import GpuPreset
 from calc.hub import HubSpec, lora_counts
 from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
+from calc.validation.margins import walk_to_xla_range
 from calc.xla.kept import LOGITS, WORKSPACE
 from calc.xla.search import XlaMaxSequence, known_sequence_search
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
 from dashboard.state import Inputs
 from dashboard.views import (CurveView, EstimateView, ShownStep, fmt, hub_frozen, remat_mode, settled_batch,
-                             shown_walk, unit_divisor, walk_curve, x_axis_end)
+                             shown_walk, unit_divisor, walk_curve, walk_peak_column, x_axis_end)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def largest_batch_label(answer: MaxBatch | None, compiling: bool = True) -> str:
     """The metric's label; ``compiling``: the server compiles what the search still needs (else the plans
     known are all there is)."""
     if answer is None:
-        return tr("Largest batch (walk, until XLA's plans)")
+        return tr("Largest batch that fits (XLA, searching)") if compiling else tr(
+            "Largest batch (walk, until XLA's plans)")
     if answer.settled:
         return tr("Largest batch that fits (XLA plans, compiled)")
     if not compiling:
@@ -114,9 +116,12 @@ def shown_xla(view: EstimateView, inputs: Inputs, answer: XlaAnswer, base_peak_b
 
 
 def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compiling: bool = True) -> ShownStep:
-    """While the plan of the chosen batch is unknown: the walk's peak, labelled as standing in, XLA's
-    largest batch where its plans tell one, and a verdict only where a compiled plan decides it
-    (a batch as large that fits, or one as small that does not: plans grow with the batch)."""
+    """While the plan of the chosen batch is unknown: the walk's peak, labelled as standing in, against XLA's
+    budget (one usable number throughout), XLA's largest batch where its plans tell one (else none yet, never
+    the walk's), and a verdict where it is decided already: by a compiled plan (a batch as large that fits, or
+    one as small that does not: plans grow with the batch), else, for a catalogue model, by the range XLA's step
+    took of the walk's peak on the steps measured (``calc.validation.margins.walk_to_xla_range``), where the
+    whole range fits or none of it does."""
     walk = shown_walk(view, inputs, standing_in=True)
     gpus, batch = inputs.num_gpus, inputs.batch_size // inputs.num_gpus
     plans = answer.known.plans
@@ -126,15 +131,28 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compili
     smaller_fails = [b for b, p in plans.items() if b <= batch and p.peak_bytes + budget.kept_at(b) > usable]
     decided = (min(larger_fits) if larger_fits else max(smaller_fails) if smaller_fails else None)
     best = answer.max_batch
-    if best is None:
-        return walk
-    return replace(walk, peak_label=tr("Predicted peak (walk, until XLA's plan)"),
-                   max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best, compiling),
-                   searching=not best.settled, below=None if best.exceeds is None else best.exceeds * gpus,
-                   usable_bytes=answer.budget.usable_bytes, margin_fraction=answer.budget.margin,
-                   decided_by=None if decided is None else (
-                       decided * gpus, plans[decided].peak_bytes + budget.kept_at(decided) + view.overhead_bytes),
-                   curve=xla_curve(view, inputs, answer, view.breakdown.peak_bytes))
+    bounded = None
+    if decided is None and inputs.source == "catalogue":  # the range was measured on catalogue models
+        low, high, cases = walk_to_xla_range()
+        peak = view.breakdown.peak_bytes
+        if cases and (round(peak * high) <= usable or round(peak * low) > usable):
+            bounded = (inputs.batch_size, round(peak * (high if peak * high <= usable else low)) + view.overhead_bytes)
+    standing = replace(walk, peak_label=tr("Predicted peak (walk, until XLA's plan)"), usable_bytes=budget.usable_bytes,
+                       margin_fraction=budget.margin, searching=True,
+                       curve=replace(walk.curve, best=None) if best is None else xla_curve(
+                           view, inputs, answer, view.breakdown.peak_bytes),
+                       decided_by=None if decided is None else (
+                           decided * gpus, plans[decided].peak_bytes + budget.kept_at(decided) + view.overhead_bytes),
+                       bound_by_walk=bounded is not None and decided is None)
+    if bounded is not None and decided is None:
+        standing = replace(standing, decided_by=bounded)
+    if best is None and not compiling:  # no plan will come: the walk's largest batch, named so
+        return replace(standing, searching=False, max_batch=walk.max_batch, max_batch_label=walk.max_batch_label,
+                       curve=walk.curve)
+    if best is None:  # the plans come: none of the walk's numbers in the meantime
+        return replace(standing, max_batch=0, below=None, max_batch_label=largest_batch_label(None, compiling))
+    return replace(standing, max_batch=best.batch * gpus, max_batch_label=largest_batch_label(best, compiling),
+                   searching=not best.settled, below=None if best.exceeds is None else best.exceeds * gpus)
 
 
 def xla_curve(view: EstimateView, inputs: Inputs, answer: XlaAnswer, peak_bytes: int) -> CurveView:
@@ -442,7 +460,7 @@ def compare_table(rows: list[dict[str, object]], gpus: list[GpuPreset], inputs: 
     model = tr("model")
     out = []
     for row in rows:
-        row = dict(row)
+        row = {k: v for k, v in row.items() if k != walk_peak_column(inputs)}  # XLA's peaks are a table of their own
         for gpu in gpus:
             row[gpu.name] = largest_batch_cell(answers.get((str(row[model]), gpu.key)), int(row[gpu.name]),  # type: ignore[call-overload]
                                                inputs.num_gpus)

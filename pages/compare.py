@@ -12,7 +12,8 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MAX_COMPARED, MODELS
 from dashboard.widgets import remember, sidebar_inputs
-from dashboard.xla_step import compare_cells, compare_hubs, compare_setups, show_compare_progress
+from dashboard.hub_compare import catalogue_peaks_table, hub_compare_series
+from dashboard.xla_step import compare_cells, compare_hubs, compare_setups, peaks_heading, show_compare_progress
 
 GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
 ensure_routed()
@@ -33,8 +34,9 @@ if xla_step:
                   "{train_mode}, safety margin {margin}%. The largest batches are XLA's, as on the Estimator: a number "
                   "alone is settled by compiled plans; \"≥ N\" is what the plans known so far tell; \"N (walk)\" is "
                   "the graph-executor walk's, where no XLA plan of that model and card is known yet. What the plans "
-                  "do not tell yet compiles in the background. The peak column and the curves are the walk's "
-                  "(`jit_compile=False`).", size=inputs.image_size, optimizer=inputs.optimizer,
+                  "do not tell yet compiles in the background. The peaks and the curves are XLA's plans too, per "
+                  "card; a model none of whose plans is known yet is drawn from the walk (`jit_compile=False`), "
+                  "marked so.", size=inputs.image_size, optimizer=inputs.optimizer,
                   precision=inputs.precision, device=inputs.device.upper(), train_mode=inputs.train_mode,
                   margin=inputs.margin))
 else:
@@ -68,16 +70,24 @@ if not profiles:
     st.stop()
 try:
     rows = views.compare_table(profiles, gpus, inputs)
+    curves = views.compare_curves(profiles, inputs)
     if xla_step:
         rows = xla_view.compare_table(rows, gpus, inputs, {key: cell.answer for key, cell in cells.items()})
+        planned = hub_compare_series(cells, gpus, inputs)
+        curves = {**planned, **{tr("{model} (walk)", model=name): curve for name, curve in curves.items()
+                                if not any(key[0] == name and cells[key].answer is not None
+                                           and cells[key].answer.known.plans for key in cells)}}
     table = pd.DataFrame(rows)
-    curves = views.compare_curves(profiles, inputs)
 except ValueError as exc:
     st.error(plain(exc))
     st.stop()
 st.subheader(tr("Largest batch that fits"))
 st.dataframe(table, hide_index=True)
+if xla_step:
+    st.subheader(peaks_heading(inputs))
+    st.dataframe(pd.DataFrame(catalogue_peaks_table(list(profiles), gpus, cells, inputs)), hide_index=True)
 show_compare_progress(cells, wants)
 st.download_button(tr("Table as CSV"), table.to_csv(index=False), "compare.csv", "text/csv", key="dl_compare_csv")
 charts.plotly_chart(st, figures.curves_figure(curves, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
-                                              views.unit_divisor(inputs), inputs.unit), key="compare_chart")
+                                              views.unit_divisor(inputs), inputs.unit, markers=xla_step),
+                    key="compare_chart")

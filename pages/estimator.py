@@ -69,7 +69,7 @@ left, right = st.columns(2)
 charts.plotly_chart(left, figures.breakdown_figure(shown.components, shown.overhead_bytes, shown.capacity_bytes,
                                                    divisor, inputs.unit, shown.kept_bytes), key="breakdown_chart")
 charts.plotly_chart(right, figures.curve_figure(shown.curve, shown.capacity_bytes, shown.usable_bytes,
-                                                shown.max_batch, divisor, inputs.unit), key="curve_chart")
+                                                views.max_batch_value(shown), divisor, inputs.unit), key="curve_chart")
 right.caption(views.curve_caption(shown))
 if inputs.source == "hub":
     hub_sequence(xla, inputs)

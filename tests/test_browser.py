@@ -274,7 +274,8 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     # Compare: the link's preset beside another of its task, on the sidebar's card first, each cell XLA's.
     page.goto(f"{server}/compare?source=hub&hub=gemma2_2b_en&seq_len=1024&lora_rank=8&batch_size=2"
               f"&optimizer=adamw&gpu=l4&lang={lang}", timeout=120_000)
-    heading = tr("Peak at batch {batch} ({unit})").replace("{batch}", "2").replace("{unit}", "GiB")
+    heading = tr("XLA's planned peak at batch {batch} ({unit}, framework overhead not included, as on the "
+                 "Estimator)").replace("{batch}", "2").replace("{unit}", "GiB")
     page.get_by_text(heading).wait_for(timeout=180_000)
     chosen = page.locator('[data-testid="stMultiSelect"]').first
     expect(chosen).to_contain_text("gemma2_2b_en", timeout=60_000)

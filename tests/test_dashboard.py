@@ -297,7 +297,7 @@ def test_upload_a_model_file(tmp_path, monkeypatch):
 
     _, kept = at.session_state[UPLOAD_KEPT]
     assert isinstance(kept, ModelFile) and open(kept.resolved(), "rb").read() == saved
-    assert metric(at, "Predicted peak (graph executor)")  # no plan of it yet, and compiles are off in tests
+    assert metric(at, "Predicted peak (walk, until XLA's plan)")  # no plan of it yet, and compiles are off in tests
     assert any(i.value.startswith("XLA's plan of this batch is not known yet") for i in at.info)
     put_plan(plan_analysis(16), spec=kept)
     at.run()
@@ -390,7 +390,7 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
     for _, row in table.iterrows():
         profile = get_profile(make_spec(row["model"], 224))
         peak = estimate_memory(profile, config).peak_bytes
-        assert row["peak at batch 16 (GiB)"] == round(peak / 1024**3, 3)
+        assert row["peak at batch 16 (GiB, framework overhead not included)"] == round(peak / 1024**3, 3)
         for key in ("t4", "a100-80"):
             gpu = GPU_PRESETS[key]
             assert row[gpu.name] == max_batch_size(profile, config, gpu.memory_bytes, overhead_bytes=gpu.overhead_bytes,
@@ -398,6 +398,9 @@ def test_compare_table_is_the_engines_max_batch_per_model_and_gpu():
 
 
 def test_compare_under_the_xla_step_marks_the_walks_numbers_where_no_plan_is_known():
+    from calc import xla
+    from dashboard.views import fmt
+
     put_plan(plan_analysis(16))  # one plan only: no line, no search settled
     at = app({**SMALL, "models": "MobileNetV2,ResNet50", "gpus": "t4"}, page="pages/compare.py")
     table = at.dataframe[0].value
@@ -408,6 +411,19 @@ def test_compare_under_the_xla_step_marks_the_walks_numbers_where_no_plan_is_kno
                           overhead_bytes=gpu.overhead_bytes, safety_margin=0.05, limit=1 << 16)
     assert resnet[gpu.name] == f"{walk:,} (walk)"
     assert table[table["model"] == "MobileNetV2"].iloc[0][gpu.name] == "≥ 16"  # the one plan fits: at least 16
+    # The peaks and the curves are XLA's too, named as the Estimator names its peak (no framework overhead);
+    # a model none of whose plans is known is drawn from the walk, marked so.
+    plan = xla.known_plans(*small_step(), "t4").plans[16]
+    peaks = at.dataframe[1].value
+    assert peaks[peaks["model"] == "MobileNetV2"].iloc[0][gpu.name] == fmt(plan.peak_bytes, Inputs()) == metric(
+        app(), "Planned peak (XLA)")
+    assert peaks[peaks["model"] == "ResNet50"].iloc[0][gpu.name] in ("planning…", "not planned")
+    assert "peak at batch 16 (GiB, framework overhead not included)" not in table.columns
+    chart = charts(at)["compare_chart"]
+    names = {t["name"]: t for t in chart["data"]}
+    assert names[f"MobileNetV2 · {gpu.name}"]["y"] == [pytest.approx(plan.peak_bytes / GIB)]
+    assert "ResNet50 (walk)" in names and "MobileNetV2 (walk)" not in names
+    assert chart["layout"]["xaxis"]["range"][0] == 0  # a log axis from batch 1: no batch is smaller
     # Compare lists catalogue models whatever the sidebar's model comes from: a pasted summary's
     # sidebar still gets XLA's answers for them (and never the sidebar's own model's).
     pasted = app({**SMALL, "source": "summary", "models": "MobileNetV2", "gpus": "t4"}, page="pages/compare.py")
@@ -1002,14 +1018,19 @@ def test_where_no_plan_applies_the_walk_is_shown_with_one_line_why(params, why):
     assert (at.success or at.error) and metric(at, "Largest batch that fits (graph-executor walk)")
 
 
-def test_without_a_plan_the_walk_stands_in_named_as_such_and_gives_no_verdict():
+def test_without_a_plan_the_walk_stands_in_named_as_such_and_a_verdict_comes_only_on_a_bound():
     at = app()
     assert any("CALC_XLA_COMPILES=off" in i.value for i in at.info)
-    assert metric(at, "Predicted peak (graph executor)")
-    assert metric(at, "Largest batch (walk, until XLA's plans)")
-    assert not at.success and not at.error
+    assert metric(at, "Predicted peak (walk, until XLA's plan)")
+    assert metric(at, "Largest batch (walk, until XLA's plans)")  # compiles are off: no plan will come
+    # Batch 16 fits a T4 even at the most XLA's step took of the walk's peak on the steps measured: said at once.
+    assert at.success and at.success[0].value.startswith("Fits: on the 32 steps measured on an H100, TensorFlow's "
+                                                         "XLA step took at most")
+    # At 250 the walk's peak is about 15 GiB: within that range the step may fit a T4 or not, so no verdict yet.
+    edge = app({**SMALL, "batch_size": "250"})
+    assert not edge.success and not edge.error
     assert any(i.value.startswith("XLA's plan of this batch is not known yet") and "no verdict" in i.value
-               for i in at.info)
+               for i in edge.info)
 
 
 @pytest.fixture
@@ -1042,8 +1063,9 @@ def test_a_compile_runs_in_the_background_and_its_plan_replaces_the_walk(compile
         at = app()
         progress = [c.value for c in at.caption if "XLA's plan at batch 16" in c.value]
         assert progress and (progress[0].startswith("Compiling") or progress[0].startswith("Queued"))
-        assert metric(at, "Predicted peak (graph executor)")  # the walk meanwhile, without a verdict
-        assert not at.success and not at.error
+        assert metric(at, "Predicted peak (walk, until XLA's plan)")  # the walk meanwhile; the verdict on the
+        assert at.success and "took at most" in at.success[0].value  # range XLA's step took of it, said so
+        assert metric(at, "Largest batch that fits (XLA, searching)") == "…"  # not the walk's number meanwhile
     finally:
         gate.set()
     wait_for(lambda: service.finished >= 1, timeout_s=30)
@@ -1074,6 +1096,7 @@ def test_the_largest_batch_is_xlas_searched_without_a_button_and_every_page_agre
     peak = lambda b: xla.plan_from_analysis(plan_analysis(b), "t4").peak_bytes  # noqa: E731
     expected = max(b for b in range(1, 2000) if peak(b) + b * SMALL_KEPT <= budget)
     assert metric(at, "Largest batch that fits (XLA plans, compiled)") == f"{expected:,}"
+    assert f"largest that fits: {expected:,}" in [t["name"] for t in curve_chart(at)["data"]]
     points = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan (compiled)")
     assert expected in points["x"] and any(expected < b <= expected + settle_width(expected) for b in points["x"])
     # Every page gives the same answer for the same link, also after a restart (a new service,
@@ -1325,7 +1348,7 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
                for i in layers.info)
     compare = app(HUB, page="pages/compare.py")
     assert not compare.exception and pd_rows(compare.dataframe[1].value)["gemma2_2b_en"][gpu.name] == \
-        fmt(plan.peak_bytes + gpu.overhead_bytes, Inputs())  # Compare: the same plan, beside other presets
+        fmt(plan.peak_bytes, Inputs())  # Compare: the same plan as the Estimator's metric, beside other presets
     validation = app(HUB, page="pages/validation.py")
     assert not validation.exception and any("On an H200, 8 KerasHub steps ran as a user runs them" in i.value
                                             for i in validation.info)
@@ -1464,7 +1487,7 @@ def test_compare_answers_kerashub_presets_on_every_card_from_xla_s_plans():
     table, peaks = (pd_rows(at.dataframe[i].value) for i in (0, 1))
     l4, t4 = GPU_PRESETS["l4"].name, GPU_PRESETS["t4"].name
     assert table["gemma2_2b_en"][l4].startswith("≥ ") and table["gemma2_2b_en"][t4] == "not planned"
-    assert peaks["gemma2_2b_en"][l4] == fmt(peak(1) + GPU_PRESETS["l4"].overhead_bytes, Inputs())
+    assert peaks["gemma2_2b_en"][l4] == fmt(peak(1), Inputs())  # as the Estimator's metric: no overhead in it
     assert table["gpt2_base_en"][l4] == "not planned" and table["gemma2_2b_en"]["input"] == "512 tokens"
     assert any("a KerasHub model shows only the plans already compiled here" in i.value for i in at.info)
     for b in (largest, largest + 1):  # the search's last two compiles: the answer is settled
@@ -1548,6 +1571,8 @@ def test_the_formula_page_and_its_handout_carry_xlas_largest_batch_as_the_estima
     estimator = app()
     shown = metric(estimator, "Largest batch that fits (XLA plans known, not settled)")
     assert shown == "≥ 16"
+    # The chart's largest batch is the metric's, approximate where the metric is.
+    assert "largest that fits: ≥ 16" in [t["name"] for t in curve_chart(estimator)["data"]]
     formula = app(page="pages/formula.py")
     line = next(m.value for m in formula.markdown if "XLA's own, for the step Keras compiles by default" in m.value)
     assert line.endswith("as the Estimator shows it: **at least 16 (not settled yet)**.")

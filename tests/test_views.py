@@ -127,7 +127,7 @@ def _every_figure():
         "curve": figures.curve_figure(CurveView(walk=((1, gib), (2, 2 * gib), (4, 4 * gib), (8, 8 * gib)),
                                                 drawn=((2, gib), (4, 2 * gib)), compiled=((2, gib), (6, 3 * gib)),
                                                 current=(4, 2 * gib), best=(8, 4 * gib), x_max=10),
-                                      16 * gib, 15 * gib, 8, gib, "GiB"),
+                                      16 * gib, 15 * gib, "8", gib, "GiB"),
         "layers": figures.layers_figure(["conv", "dense"], [1000, 2000], gib, "GiB"),
         "timeline": figures.timeline_figure(["forward conv", "loss", "backward conv", "update"],
                                             [gib, 3 * gib, 2 * gib, gib], gib, "GiB"),
@@ -257,7 +257,7 @@ def test_the_dashboard_shows_no_emoji_and_names_its_icons_from_material():
             assert icon.strip("\"'").startswith(":material/"), (path.name, icon)
 
 
-def test_without_a_plan_of_the_batch_a_compiled_plan_decides_the_verdict_where_it_can():
+def test_without_a_plan_of_the_batch_a_compiled_plan_decides_the_verdict_where_it_can(monkeypatch):
     """Plans grow with the batch: a larger compiled batch that fits says a smaller one fits; a smaller
     one that does not fit says a larger one does not; between them the walk stands in without a verdict."""
     from calc.gpus import GPU_PRESETS
@@ -276,6 +276,10 @@ def test_without_a_plan_of_the_batch_a_compiled_plan_decides_the_verdict_where_i
     known = KnownPlans(plans, PlanCurve.of([CompiledPoint(b, p.peak_bytes, 20 * gib) for b, p in plans.items()],
                                            16 * gib))  # temporaries past XLA's limit: no line
     profile = get_profile(make_spec("MobileNetV2"))
+    import dashboard.xla_view
+
+    real = dashboard.xla_view.walk_to_xla_range()
+    monkeypatch.setattr(dashboard.xla_view, "walk_to_xla_range", lambda: (0.5, 10.0, 32))  # a range that decides nothing
     for batch, fits in ((4, True), (30, None), (100, False)):
         inputs = Inputs(model="MobileNetV2", batch_size=batch, gpu="t4")
         view = estimate_view(profile, inputs, gpu)
@@ -287,6 +291,17 @@ def test_without_a_plan_of_the_batch_a_compiled_plan_decides_the_verdict_where_i
         else:
             assert shown.decided_by == ((8, 2 * gib + gpu.overhead_bytes) if fits else (64, 20 * gib + gpu.overhead_bytes))
             assert shown.fits is fits and verdict(shown, inputs).startswith("Fits" if fits else "Does not fit")
+    # With the range XLA's step took of the walk's peak on the measured steps, batch 30 is decided at once: even
+    # the highest share of its walk's peak fits the card.
+    monkeypatch.setattr(dashboard.xla_view, "walk_to_xla_range", lambda: real)
+    inputs = Inputs(model="MobileNetV2", batch_size=30, gpu="t4")
+    view = estimate_view(profile, inputs, gpu)
+    shown = shown_pending(view, inputs, xla_answer(known, 30, plan_budget(gpu, 0.05)))
+    assert shown.bound_by_walk and shown.decided_by == (30, round(view.breakdown.peak_bytes * real[1]) + gpu.overhead_bytes)
+    assert shown.fits and verdict(shown, inputs).startswith(
+        f"Fits: on the {real[2]} steps measured on an H100, TensorFlow's XLA step took at most {real[1]:.0%} of the "
+        "graph-executor walk's peak")
+    assert shown.usable_bytes == plan_budget(gpu, 0.05).usable_bytes  # one usable number: XLA's budget
 
 
 def test_a_largest_batch_that_fits_only_by_recomputation_says_so_and_that_it_is_unmeasured():

@@ -111,3 +111,19 @@ def hub_plan_margin() -> PlanMargin:
     except (OSError, ValueError, KeyError, TypeError):
         return PlanMargin(0.0, 0, 0.0, "hub_h200")
     return _margin(steps, "hub_h200")
+
+
+@functools.cache
+def walk_to_xla_range() -> tuple[float, float, int]:
+    """(lowest, highest, cases) of TensorFlow's XLA step's peak over the graph-executor walk's prediction, on the
+    steps measured on an H100 (the walk's report against ``GPU_TF_XLA_DATA``): what XLA's step may be, told
+    from the walk alone, before its plan is compiled. (1, 1, 0) without the report."""
+    path = GPU_TF_XLA_DATA.with_name(GPU_TF_XLA_DATA.stem + "_report.json")
+    try:
+        ratios = [max(c.get("runs_bytes") or [c["measured_bytes"]]) / c["predicted_bytes"]
+                  for c in json.loads(path.read_text())["cases"]]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return 1.0, 1.0, 0
+    if not ratios:
+        return 1.0, 1.0, 0
+    return min(ratios), max(ratios), len(ratios)
