@@ -132,8 +132,10 @@ def _hub_inputs(sb) -> None:
                         key="lora_rank", help=tr("backbone.enable_lora(rank): the query and value projections gain "
                                                  "two float32 factors each, and only those (and the projections' "
                                                  "biases) train"))
-    auto = tr(HUB_DTYPE_LABELS["auto"])
-    sb.selectbox(tr("Dtype policy"), HUB_DTYPES, key="hub_dtype", format_func=lambda d: auto if d == "auto" else d)
+    # The default named by what it is for this model: a short option that a narrow sidebar does not cut.
+    auto = tr("default: {dtype}", dtype="bfloat16" if model.task == "causal_lm" else "float32")
+    sb.selectbox(tr("Dtype policy"), HUB_DTYPES, key="hub_dtype", format_func=lambda d: auto if d == "auto" else d,
+                 help=tr(HUB_DTYPE_LABELS["auto"]))
 
 
 def _step_inputs(sb, labels: dict[str, dict[str, str]]) -> None:

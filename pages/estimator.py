@@ -36,7 +36,7 @@ if xla.answer is None or xla.answer.plan is None:
         model_waits(xla, inputs)
 shown = xla.shown(view, inputs)
 
-c1, c2, c3 = st.columns(3)
+c1, c2, c3 = st.columns([1, 1, 1.6])  # the largest batch's label says how it is known: room for it whole
 c1.metric(shown.peak_label, views.fmt(shown.peak_bytes, inputs), delta=views.remat_delta(shown, inputs),
           delta_color="inverse")
 c2.metric(f"{gpu.name}", views.fmt(shown.capacity_bytes, inputs))

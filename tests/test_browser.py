@@ -282,3 +282,62 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     expect(chosen).to_contain_text("qwen2.5_3b_en", timeout=60_000)
     expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(2, timeout=60_000)
     browser.close()
+
+
+AGREEMENT_LINKS = {
+    "compiled": ("model=ResNet50&image_size=224&batch_size=32&gpu=t4", "ResNet50"),  # the landing link: shipped plans
+    "drawn": ("model=MobileNetV2&image_size=224&batch_size=64&gpu=l4", "MobileNetV2"),  # between two shipped plans
+    "kerashub": ("source=hub&hub=gemma2_2b_en&seq_len=512&lora_rank=4&batch_size=32&optimizer=adam&gpu=t4",
+                 "gemma2_2b_en"),  # the first KerasHub page, shipped
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_every_page_says_the_estimators_largest_batch_for_three_links(server, playwright, tmp_path, lang):
+    """The Estimator's largest batch, its chart's legend, Compare's cell and the Formula page's line say one
+    number for a catalogue link whose plan is compiled, one whose plan is drawn, and a KerasHub link; no metric
+    label is cut, in English and in Japanese."""
+    import csv
+    import json
+    import re
+
+    locales = {}
+    for path in (ROOT / "dashboard" / "locales").glob("*.json"):
+        locales.update(json.loads(path.read_text(encoding="utf-8")))
+
+    def tr(text):
+        return text if lang == "en" else locales[text][lang]
+
+    browser = _browser(playwright)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    for name, (query, model) in AGREEMENT_LINKS.items():
+        page.goto(f"{server}/?{query}&lang={lang}", timeout=120_000)
+        page.locator(f"{CURVE} .main-svg .trace").first.wait_for(timeout=180_000)
+        page.locator('[data-testid="stMetricValue"]').nth(2).wait_for(timeout=60_000)
+        metrics = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMetric"]')].map(m => {
+            const label = m.querySelector('[data-testid="stMetricLabel"]');
+            const cut = [label, ...label.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1);
+            return [label.innerText, m.querySelector('[data-testid="stMetricValue"]').innerText, cut];
+        })""")
+        assert not [m for m in metrics if m[2]], (name, metrics)  # every label whole
+        largest = next((v for label, v, _ in metrics if label.startswith(tr("Largest batch that fits (XLA, searching)")[:4])),
+                       None)
+        assert largest is not None and re.fullmatch(r"(≥ )?[\d,]+", largest), (name, metrics)
+        legend = page.evaluate("sel => document.querySelector(sel).data.map(t => t.name)", CURVE)
+        assert tr("largest that fits: {batch}").replace("{batch}", largest) in legend, (name, legend)
+        # Compare, the same link: the model's cell on the sidebar's card.
+        page.goto(f"{server}/compare?{query}&lang={lang}", timeout=120_000)
+        button = page.get_by_role("button", name=tr("Table as CSV"))
+        button.wait_for(timeout=180_000)
+        with page.expect_download() as download:
+            button.click()
+        rows = list(csv.DictReader(open(download.value.path(), encoding="utf-8")))
+        card = {"t4": "Tesla T4 16 GB", "l4": "L4 24 GB"}[re.search(r"gpu=(\w+)", query).group(1)]
+        row = next(r for r in rows if r[tr("model")] == model)
+        assert row[card] == largest, (name, row, largest)
+        if name != "kerashub":  # the Formula page's XLA line
+            page.goto(f"{server}/formula?{query}&step=xla&lang={lang}", timeout=120_000)
+            said = tr("at least {batch:,} (not settled yet)").replace("{batch:,}", largest[2:]) if largest.startswith(
+                "≥") else largest
+            page.get_by_text(re.compile(re.escape(said))).first.wait_for(timeout=180_000)
+    browser.close()
