@@ -67,6 +67,16 @@ def playwright():
         yield p
 
 
+def _translator(lang: str):
+    """The dashboard's texts in ``lang``, read from its locale files, as a test looks for them on the page."""
+    import json
+
+    locales = {}
+    for path in (ROOT / "dashboard" / "locales").glob("*.json"):
+        locales.update(json.loads(path.read_text(encoding="utf-8")))
+    return lambda text: text if lang == "en" else locales[text][lang]
+
+
 def _browser(p):
     return p.chromium.launch(
         executable_path=CHROMIUM,
@@ -246,17 +256,9 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     """A colleague's link to a KerasHub fine-tuning step: the sidebar shows the preset, the sequence and
     LoRA's rank; with no plan of it on this server (tests compile none), the page says so in the
     link's language and shows no number."""
-    import json
-
     from playwright.sync_api import expect
 
-    locales = {}
-    for path in (ROOT / "dashboard" / "locales").glob("*.json"):
-        locales.update(json.loads(path.read_text(encoding="utf-8")))
-
-    def tr(text):
-        return text if lang == "en" else locales[text][lang]
-
+    tr = _translator(lang)
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{server}/?source=hub&hub=gemma2_2b_en&seq_len=1024&lora_rank=8&batch_size=2&optimizer=adamw"
@@ -298,16 +300,9 @@ def test_every_page_says_the_estimators_largest_batch_for_three_links(server, pl
     number for a catalogue link whose plan is compiled, one whose plan is drawn, and a KerasHub link; no metric
     label is cut, in English and in Japanese."""
     import csv
-    import json
     import re
 
-    locales = {}
-    for path in (ROOT / "dashboard" / "locales").glob("*.json"):
-        locales.update(json.loads(path.read_text(encoding="utf-8")))
-
-    def tr(text):
-        return text if lang == "en" else locales[text][lang]
-
+    tr = _translator(lang)
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     for name, (query, model) in AGREEMENT_LINKS.items():
