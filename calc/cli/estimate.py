@@ -292,7 +292,8 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
            f"{found.compiles} plans compiled")
     print_out(out, args.json, [
         f"{name} on {gpu.name} (margin {budget.margin:.1%}), XLA's plan (jit_compile=True): largest batch {best}; "
-        f"{edge} ({budget.plan_bytes / GIB:.2f} GiB for the plan after the framework overhead); {how}; found by "
+        f"{edge} ({budget.plan_bytes / GIB:.2f} GiB for the plan and what is kept free beside it, after the "
+        f"framework overhead); {how}; found by "
         f"searching XLA's plans from the line through known plans"
         + (f" (the graph-executor walk says {walk})" if walk else ""),
         *(f"  kept free at batch {found.max_batch}: {line}" for line in kept_lines(budget, found.max_batch))])

@@ -80,7 +80,7 @@ def kept_lines(budget: PlanBudget, batch: int, gib: float = float(1 << 30)) -> l
         lines.append(f"{kept / gib:.3f} GiB for {MECHANISMS[budget.kept.mechanism]}")
     measured = budget.measured
     lines.append(f"{measured.fraction:.1%} of the card: the most the {measured.cases} {RECORDS[measured.record]} "
-                 f"took beyond their plans{' and that buffer' if budget.kept.mechanism else ''} "
+                 f"took beyond their plans{' and those bytes' if budget.kept.mechanism else ''} "
                  f"(a flat share would have needed {measured.flat:.1%})")
     if budget.user_margin:
         lines.append(f"{budget.user_margin:.1%} of the card: your margin, on top")
