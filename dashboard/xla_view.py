@@ -369,6 +369,26 @@ def xla_largest(answer: XlaAnswer | None, inputs: Inputs) -> str:
     return tr("at least {batch:,} (not settled yet)", batch=best.batch * inputs.num_gpus)
 
 
+def drawn_lesson(answer: XlaAnswer, inputs: Inputs) -> str:
+    """How a drawn plan comes from the two compiled plans it is drawn between, with their numbers ("" where the
+    plan is compiled or unknown): the line's bytes a sample, and the peak it gives at this batch."""
+    plan = answer.plan
+    if plan is None or plan.compiled or len(plan.drawn_through) != 2:
+        return ""
+    a, c = plan.drawn_through
+    low, high = answer.known.plans.get(a), answer.known.plans.get(c)
+    if low is None or high is None:
+        return ""
+    gpus = inputs.num_gpus
+    per = (high.peak_bytes - low.peak_bytes) / ((c - a) * gpus)
+    return tr("XLA's plan at batch {b} is drawn, not compiled, on the line through the plans compiled at batches {a} "
+              "({pa}) and {c} ({pc}): each sample adds ({pc} − {pa}) ÷ ({c} − {a}) = {per}, so batch {b} plans "
+              "{pa} + ({b} − {a}) × {per} = {peak}. What fills the peak, by kind and by layer, is in the compiled "
+              "plans' own explanations, not in a drawn one.", b=inputs.batch_size, a=a * gpus, c=c * gpus,
+              pa=fmt(low.peak_bytes, inputs, 3), pc=fmt(high.peak_bytes, inputs, 3), per=fmt(per, inputs, 4),
+              peak=fmt(plan.peak_bytes, inputs, 3))
+
+
 def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool = False) -> str:
     """The Formula page's line on the step the Estimator shows, when that step is XLA's; ``taught``: the
     page teaches XLA's plan first (it says what fills its peak)."""
@@ -381,6 +401,8 @@ def lesson_line(answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset, taught: bool 
                "batch ({how}), and its largest batch on {gpu}, {largest}, with {margin:.1%} of the card kept free.",
                peak=fmt(answer.plan.peak_bytes, inputs), gpu=gpu.name, largest=largest, margin=answer.budget.margin,
                how=tr("compiled") if answer.plan.compiled else tr("drawn between compiled plans"))
+    if drawn := drawn_lesson(answer, inputs):
+        shown += " " + drawn
     if taught:
         return shown + " " + tr("The first section teaches that plan; from section 1 on, the page teaches the graph "
                                 "executor's step (jit_compile=False), whose formula XLA does not follow, and every "
@@ -447,6 +469,8 @@ def layers_line(answer: XlaAnswer, walk_peak_bytes: int, inputs: Inputs) -> str:
         return tr("The sidebar's step is XLA's, whose plan for this batch is not known on this server yet. This page "
                   "shows the graph-executor walk's ledger (jit_compile=False): XLA's plan is not broken down by "
                   "layer.")
+    if drawn := drawn_lesson(answer, inputs):
+        return drawn + " " + tr("This page shows the graph-executor walk's ledger and timeline (jit_compile=False).")
     return tr("The sidebar's step is XLA's: its plan for this batch is {plan}, the walk's peak {walk}. This page "
               "shows the graph-executor walk's ledger and timeline (jit_compile=False): XLA's plan is not broken "
               "down by layer.", plan=fmt(answer.plan.peak_bytes, inputs), walk=fmt(walk_peak_bytes, inputs))

@@ -963,6 +963,15 @@ def test_between_two_compiled_plans_the_plan_is_drawn_and_says_so():
     line = next(t for t in curve_chart(at)["data"] if t["name"] == "XLA plan, drawn between compiled plans")
     assert 20 in line["x"] and line["y"][line["x"].index(20)] == pytest.approx(
         (drawn + GPU_PRESETS["t4"].overhead_bytes + 20 * SMALL_KEPT) / GIB)
+    # The Formula and Layers pages explain the drawn plan from the two compiled plans, with their numbers.
+    per = (high.peak_bytes - low.peak_bytes) / (32 - 8)
+    said = (f"XLA's plan at batch 20 is drawn, not compiled, on the line through the plans compiled at batches 8 "
+            f"({fmt(low.peak_bytes, Inputs(), 3)}) and 32 ({fmt(high.peak_bytes, Inputs(), 3)}): each sample adds "
+            f"({fmt(high.peak_bytes, Inputs(), 3)} − {fmt(low.peak_bytes, Inputs(), 3)}) ÷ (32 − 8) = "
+            f"{fmt(per, Inputs(), 4)}, so batch 20 plans {fmt(low.peak_bytes, Inputs(), 3)} + (20 − 8) × "
+            f"{fmt(per, Inputs(), 4)} = {fmt(drawn, Inputs(), 3)}.")
+    for page in ("pages/formula.py", "pages/layers.py"):
+        assert any(said in i.value for i in app({**SMALL, "batch_size": "20"}, page=page).info), page
 
 
 def test_step_graph_shows_the_walk_even_where_a_plan_is_known():
