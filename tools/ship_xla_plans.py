@@ -89,12 +89,12 @@ def hub_setups(gpus: list[str] | None = None):
 def sequence_families(spec, config, gpu: str, margin: float):
     """The specs at every length the longest-sequence search at ``config``'s batch reads (a text model's)."""
     from calc import xla
-    from calc.xla import plan_budget
+    from calc.xla.budget import step_budget
     from calc.xla.search import known_sequence_search
 
     if not spec.model.text:
         return []
-    _, read = known_sequence_search(spec, config.batch_size, plan_budget(GPU_PRESETS[gpu], margin, hub=True).plan_bytes,
+    _, read = known_sequence_search(spec, config.batch_size, step_budget(GPU_PRESETS[gpu], margin, spec, "").plan_bytes,
                                     lambda at: xla.known_plans(at, config, gpu))
     return [replace(spec, sequence_length=n) for n in read]
 
@@ -103,7 +103,8 @@ def compile_curve(spec, config, gpu: str, margin: float, lines: bool = False) ->
     """Compiles what one shipped curve lacks (``lines``: only the two plans its line needs, no search
     for the largest batch); returns one line on what it holds."""
     from calc import xla
-    from calc.xla import CompiledPoint, PlanCurve, compute_plan, known_curve, plan_budget
+    from calc.xla import CompiledPoint, PlanCurve, compute_plan, known_curve
+    from calc.xla.budget import step_budget
     from calc.xla.search import search_curve
 
     def plan_at(batch: int, explained: bool = False) -> CompiledPoint:
@@ -117,8 +118,10 @@ def compile_curve(spec, config, gpu: str, margin: float, lines: bool = False) ->
     if lines:
         curve = PlanCurve.of(points, memory)
         return f"{len(curve.points)} plans, line to {curve.line_end()}"
-    budget = plan_budget(GPU_PRESETS[gpu], margin, hub=isinstance(spec, HubSpec)).plan_bytes
-    answer, curve, _ = search_curve(plan_at, budget, config.batch_size, known_curve(spec, config, gpu))
+    budget_of = step_budget(GPU_PRESETS[gpu], margin, spec, config.precision.value)
+    budget = budget_of.plan_bytes  # the plan and what is kept free beside it, as every page's search
+    answer, curve, _ = search_curve(plan_at, budget, config.batch_size,
+                                    known_curve(spec, config, gpu).keeping(budget_of.kept.per_sample_bytes))
     line = f"{len(curve.points)} plans, line to {curve.line_end()}, largest batch {answer.batch}"
     if isinstance(spec, HubSpec) and spec.model.text:  # the longest sequence at the batch, as the Estimator shows it
         from calc.xla.search import plan_max_sequence
@@ -140,14 +143,17 @@ def kept(raw: dict, explained: bool) -> dict:
     return out
 
 
-def curve_state(plans: dict[int, dict], gpu: str, margin: float) -> tuple[bool, bool]:
-    """(whether a shipped curve's plans draw a line, whether they settle its largest batch)."""
+def curve_state(plans: dict[int, dict], gpu: str, margin: float, spec, config) -> tuple[bool, bool]:
+    """(whether a shipped curve's plans draw a line, whether they settle its largest batch as the pages search it)."""
     from calc import xla
-    from calc.xla import PlanCurve, plan_budget
+    from calc.xla import PlanCurve
+    from calc.xla.budget import step_budget
     from calc.xla.curve import compiled_point
 
-    curve = PlanCurve.of([compiled_point(b, raw) for b, raw in plans.items()], xla.target_for(gpu).device_memory_size)
-    answer = curve.max_batch(plan_budget(GPU_PRESETS[gpu], margin).plan_bytes)
+    budget = step_budget(GPU_PRESETS[gpu], margin, spec, config.precision.value)
+    curve = PlanCurve.of([compiled_point(b, raw) for b, raw in plans.items()], xla.target_for(gpu).device_memory_size,
+                         kept_per_sample=budget.kept.per_sample_bytes)
+    answer = curve.max_batch(budget.plan_bytes)
     return curve.line_end() is not None, answer is not None and answer.settled
 
 
@@ -179,7 +185,7 @@ def write(models: list[str] | None = None) -> None:
             shipped = add(spec, config, gpu, f"{spec.key} {config.optimizer.value} {config.precision.value} on {gpu}",
                           explained_at=config.batch_size)
             if shipped is not None:
-                line, done = curve_state(shipped, gpu, margin)
+                line, done = curve_state(shipped, gpu, margin, spec, config)
                 lines, settled = lines + line, settled + done
     for spec, config, gpus, margin in hub_setups():
         for gpu in gpus:
