@@ -8,7 +8,9 @@ model, once.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import threading
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -128,35 +130,60 @@ def _remember(key: str, profile: ModelProfile) -> None:
         _memory.popitem(last=False)
 
 
-def _file_key(spec: ModelFile) -> tuple[bytes, str, Path]:
+@functools.lru_cache(maxsize=64)
+def _content_key(resolved: str, size: int, mtime_ns: int, name: str) -> str:
+    """A file's profile key, named by its content: hashed once per version of the file (its size and time)."""
     import hashlib
 
-    with open(spec.resolved(), "rb") as f:
-        data = f.read()
-    key = f"file-{hashlib.sha256(data).hexdigest()[:20]}-{spec.key}"
-    return data, key, cache_dir() / f"{key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
+    with open(resolved, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return f"file-{digest[:20]}-{name}"
+
+
+def _file_key(spec: ModelFile) -> tuple[str, Path]:
+    """(the profile's key, its disk-cache path) for a file: a page's every rerun asks, so the file is read and
+    hashed only when it changed."""
+    resolved = spec.resolved()
+    stat = os.stat(resolved)
+    key = _content_key(resolved, stat.st_size, stat.st_mtime_ns, spec.key)
+    return key, cache_dir() / f"{key}-keras{installed_keras_version()}-v{PROFILE_FORMAT}.{FILE_LEDGER}.json"
 
 
 def known_file_profile(spec: ModelFile) -> ModelProfile | None:
     """A file's profile where it has been read already (in memory or in the disk cache), else None: never reads
     the model."""
-    _, key, path = _file_key(spec)
+    key, path = _file_key(spec)
     with _memory_guard:
         if key in _memory:
             return _memory[key]
-    return _read_cached(path)
+    profile = _read_cached(path)
+    if profile is not None:
+        with _memory_guard:
+            _remember(key, profile)
+    return profile
+
+
+def store_file_profile(spec: ModelFile, profile: ModelProfile) -> None:
+    """Keeps a file's profile read elsewhere (the dashboard reads an upload itself), in memory and on disk, where
+    ``get_profile`` and ``known_file_profile`` find it."""
+    key, path = _file_key(spec)
+    _write_cached(path, profile)
+    with _memory_guard:
+        _remember(key, profile)
 
 
 def _file_profile(spec: ModelFile) -> ModelProfile:
     from calc.uploads import profile_upload
 
-    data, key, path = _file_key(spec)
+    key, path = _file_key(spec)
     with _memory_guard:
         if key in _memory:
             _memory.move_to_end(key)
             return _memory[key]
     profile = _read_cached(path)
     if profile is None:
+        with open(spec.resolved(), "rb") as f:
+            data = f.read()
         profile = profile_upload(data, spec.key, max_bytes=len(data) + 1)
         _write_cached(path, profile)
     with _memory_guard:

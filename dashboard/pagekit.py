@@ -105,7 +105,7 @@ def _uploaded_profile() -> ModelProfile:
             waiting.empty()
             with st.spinner(tr("Reading {name} (Keras safe mode)…", name=plain(upload.name))):
                 profile = profile_upload(upload.getvalue(), upload.name)
-        _keep_for_plans(upload)
+        _keep_for_plans(upload, profile)
     except ValueError as exc:
         message = f"{plain(upload.name)}: {plain(exc)}"
         st.session_state["_upload_profile"] = (upload.file_id, message)
@@ -120,14 +120,19 @@ def _uploaded_profile() -> ModelProfile:
 UPLOAD_KEPT = "_upload_kept"  # (file id, calc.catalogue.ModelFile or a one-line reason): the file XLA plans
 
 
-def _keep_for_plans(upload) -> None:
-    """Keeps a file that has been read for XLA's plan, which compiles from the file itself."""
+def _keep_for_plans(upload, profile) -> None:
+    """Keeps a file that has been read for XLA's plan, which compiles from the file itself, with its ledger (what
+    the plan's verdict reads its largest convolution from, ``calc.xla.kept``)."""
+    from calc.profiles import store_file_profile
     from calc.uploads import keep_upload
 
     try:
-        st.session_state[UPLOAD_KEPT] = (upload.file_id, keep_upload(upload.getvalue(), upload.name))
+        kept = keep_upload(upload.getvalue(), upload.name)
     except ValueError as exc:
         st.session_state[UPLOAD_KEPT] = (upload.file_id, plain(exc))
+        return
+    store_file_profile(kept, profile)
+    st.session_state[UPLOAD_KEPT] = (upload.file_id, kept)
 
 
 def kept_upload():

@@ -302,6 +302,12 @@ def test_upload_a_model_file(tmp_path, monkeypatch):
     put_plan(plan_analysis(16), spec=kept)
     at.run()
     assert metric(at, "Planned peak (XLA)")
+    # Beside the plan, the file's largest convolution, from the ledger the page read (the file is not read again):
+    # Conv2D, 32x32x3 in and 30x30x8 out, float32, 16 samples.
+    from dashboard.figures import LABELS
+
+    bars = {t["name"]: t["y"][0] for t in bar_chart(at)["data"]}
+    assert bars[LABELS["kept_free"]] == pytest.approx(16 * (32 * 32 * 3 + 30 * 30 * 8) * 4 / GIB) and len(reads) == 1
 
 
 @pytest.mark.parametrize(
