@@ -125,3 +125,12 @@ def catalogue_peaks_table(models: list[str], gpus: list[GpuPreset], cells: dict[
     """The Compare page's catalogue models under the XLA step: XLA's planned peak at the batch, a row per model and
     a column per card (plans differ between cards), as ``peak_cell`` gives it."""
     return [{tr("model"): name, **{g.name: peak_cell(cells[name, g.key], inputs) for g in gpus}} for name in models]
+
+
+def catalogue_compare_series(cells: dict[tuple[str, str], CompareCell], gpus: list[GpuPreset], inputs: Inputs,
+                             walk: dict[str, tuple[list[int], list[int]]]) -> dict[str, tuple[list[int], list[int]]]:
+    """The Compare chart's catalogue models under the XLA step: each cell's compiled plans (``hub_compare_series``),
+    and the walk's curve (``walk``, by model) only for a model none of whose cells knows a plan, marked so."""
+    planned = {model for (model, _), cell in cells.items() if cell.answer is not None and cell.answer.known.plans}
+    return {**hub_compare_series(cells, gpus, inputs),
+            **{tr("{model} (walk)", model=name): curve for name, curve in walk.items() if name not in planned}}

@@ -131,21 +131,20 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compili
     smaller_fails = [b for b, p in plans.items() if b <= batch and p.peak_bytes + budget.kept_at(b) > usable]
     decided = (min(larger_fits) if larger_fits else max(smaller_fails) if smaller_fails else None)
     best = answer.max_batch
-    bounded = None
+    decided_by = None if decided is None else (
+        decided * gpus, plans[decided].peak_bytes + budget.kept_at(decided) + view.overhead_bytes)
+    bounded = None  # XLA's step at the end of that range which decides the verdict
     if decided is None and inputs.source == "catalogue":  # the range was measured on catalogue models
         low, high, cases = walk_to_xla_range()
-        peak = view.breakdown.peak_bytes
-        if cases and (round(peak * high) <= usable or round(peak * low) > usable):
-            bounded = (inputs.batch_size, round(peak * (high if peak * high <= usable else low)) + view.overhead_bytes)
+        xla_low, xla_high = round(view.breakdown.peak_bytes * low), round(view.breakdown.peak_bytes * high)
+        bounded = None if not cases else xla_high if xla_high <= usable else xla_low if xla_low > usable else None
+        if bounded is not None:
+            decided_by = (inputs.batch_size, bounded + view.overhead_bytes)
     standing = replace(walk, peak_label=tr("Predicted peak (walk, until XLA's plan)"), usable_bytes=budget.usable_bytes,
                        margin_fraction=budget.margin, searching=True,
                        curve=replace(walk.curve, best=None) if best is None else xla_curve(
                            view, inputs, answer, view.breakdown.peak_bytes),
-                       decided_by=None if decided is None else (
-                           decided * gpus, plans[decided].peak_bytes + budget.kept_at(decided) + view.overhead_bytes),
-                       bound_by_walk=bounded is not None and decided is None)
-    if bounded is not None and decided is None:
-        standing = replace(standing, decided_by=bounded)
+                       decided_by=decided_by, bound_by_walk=bounded is not None)
     if best is None and not compiling:  # no plan will come: the walk's largest batch, named so
         return replace(standing, searching=False, max_batch=walk.max_batch, max_batch_label=walk.max_batch_label,
                        curve=walk.curve)

@@ -12,7 +12,7 @@ from dashboard.plain import plain
 from dashboard.routes import ensure_routed
 from dashboard.state import MAX_COMPARED, MODELS
 from dashboard.widgets import remember, sidebar_inputs
-from dashboard.hub_compare import catalogue_peaks_table, hub_compare_series
+from dashboard.hub_compare import catalogue_compare_series, catalogue_peaks_table
 from dashboard.xla_step import compare_cells, compare_hubs, compare_setups, peaks_heading, show_compare_progress
 
 GPU_NAMES = {key: gpu.name for key, gpu in GPU_PRESETS.items()}
@@ -73,10 +73,7 @@ try:
     curves = views.compare_curves(profiles, inputs)
     if xla_step:
         rows = xla_view.compare_table(rows, gpus, inputs, {key: cell.answer for key, cell in cells.items()})
-        planned = hub_compare_series(cells, gpus, inputs)
-        curves = {**planned, **{tr("{model} (walk)", model=name): curve for name, curve in curves.items()
-                                if not any(key[0] == name and cells[key].answer is not None
-                                           and cells[key].answer.known.plans for key in cells)}}
+        curves = catalogue_compare_series(cells, gpus, inputs, curves)
     table = pd.DataFrame(rows)
 except ValueError as exc:
     st.error(plain(exc))
