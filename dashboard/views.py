@@ -19,7 +19,7 @@ from calc.gpus import GPU_PRESETS, GpuPreset
 from calc.hub import hub_models
 from calc.types import MemoryBreakdown, ModelProfile, OptimizerOptions, TrainingConfig
 from calc.validation import CaveatRecord, caveat_record
-from calc.validation.margins import walk_to_xla_range
+from calc.validation.report import walk_to_xla_range
 from dashboard.figures import LABELS, bar_parts
 from dashboard.i18n import tr
 from dashboard.plain import plain

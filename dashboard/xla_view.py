@@ -16,7 +16,7 @@ from calc.gpus import GpuPreset
 from calc.hub import HubSpec, lora_counts
 from calc.types import MemoryBreakdown
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
-from calc.validation.margins import walk_to_xla_range
+from calc.validation.report import walk_to_xla_range
 from calc.xla.kept import LOGITS, WORKSPACE
 from calc.xla.search import XlaMaxSequence, known_sequence_search
 from dashboard.i18n import mark, tr
@@ -120,7 +120,7 @@ def shown_pending(view: EstimateView, inputs: Inputs, answer: XlaAnswer, compili
     budget (one usable number throughout), XLA's largest batch where its plans tell one (else none yet, never
     the walk's), and a verdict where it is decided already: by a compiled plan (a batch as large that fits, or
     one as small that does not: plans grow with the batch), else, for a catalogue model, by the range XLA's step
-    took of the walk's peak on the steps measured (``calc.validation.margins.walk_to_xla_range``), where the
+    took of the walk's peak on the steps measured (``calc.validation.report.walk_to_xla_range``), where the
     whole range fits or none of it does."""
     walk = shown_walk(view, inputs, standing_in=True)
     gpus, batch = inputs.num_gpus, inputs.batch_size // inputs.num_gpus

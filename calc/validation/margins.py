@@ -112,19 +112,3 @@ def hub_plan_margin() -> PlanMargin:
         return PlanMargin(0.0, 0, 0.0, "hub_h200")
     return _margin(steps, "hub_h200")
 
-
-@functools.cache
-def walk_to_xla_range() -> tuple[float, float, int]:
-    """(lowest, highest, cases) of TensorFlow's XLA step's peak over the graph-executor walk's prediction, on the
-    steps measured on an H100 (the walk's report, ``GPU_TF_XLA_REPORT``): what XLA's step may be, told
-    from the walk alone, before its plan is compiled. (1, 1, 0) without the report."""
-    from calc.validation.report import GPU_TF_XLA_REPORT, load_report
-
-    try:
-        ratios = [max(c.get("runs_bytes") or [c["measured_bytes"]]) / c["predicted_bytes"]
-                  for c in load_report(GPU_TF_XLA_REPORT)["cases"]]
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-        return 1.0, 1.0, 0
-    if not ratios:
-        return 1.0, 1.0, 0
-    return min(ratios), max(ratios), len(ratios)

@@ -8,6 +8,7 @@ records of ``calc.validation.records``.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from dataclasses import asdict, dataclass, replace
@@ -263,3 +264,18 @@ def save_report(rows: list[ValidationRow], path: Path = CPU_REPORT) -> None:
 def load_report(path: Path = CPU_REPORT) -> dict[str, Any]:
     """The committed report; raises ``OSError``/``ValueError`` when missing or damaged."""
     return json.loads(path.read_text())
+
+
+@functools.cache
+def walk_to_xla_range() -> tuple[float, float, int]:
+    """(lowest, highest, cases) of TensorFlow's XLA step's peak over the graph-executor walk's prediction, on the
+    steps measured on an H100 (the walk's report, ``GPU_TF_XLA_REPORT``): what XLA's step may be, told
+    from the walk alone, before its plan is compiled. (1, 1, 0) without the report."""
+    try:
+        ratios = [max(c.get("runs_bytes") or [c["measured_bytes"]]) / c["predicted_bytes"]
+                  for c in load_report(GPU_TF_XLA_REPORT)["cases"]]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return 1.0, 1.0, 0
+    if not ratios:
+        return 1.0, 1.0, 0
+    return min(ratios), max(ratios), len(ratios)
