@@ -26,6 +26,10 @@ MAX_LORA_RANK = 1024
 NO_ATTENTION = ("ResNet", "DenseNet", "VGG", "EfficientNet", "MobileNet", "Xception", "CSPNet", "HGNetV2",
                 "SwinTransformer")
 MAX_CLASSES = 65_536  # a classifier's head is made with its weights (calc.keras.hub)
+# Keras's weight quantization modes a fine-tuning step takes (``Model.quantize``): int8 and int4 keep the frozen
+# kernels in 8 and 4 bits with scales in the policy's dtype; float8 trains the matrix products in 8-bit floats with scaling
+# factors beside kernels of the policy's dtype. GPTQ and AWQ need a calibration data set and are not planned.
+QUANTIZE_MODES = ("int8", "int4", "float8")
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,8 @@ class HubSpec:
     backbone's query and value projections with this rank, everything else frozen; 0 trains every
     weight. ``dtype``: the dtype policy the model is built under ("bfloat16": weights and compute in
     bfloat16, as Keras's LoRA guides load Gemma; "mixed_bfloat16": float32 weights). ``classes``: a
-    classifier's outputs.
+    classifier's outputs. ``quantize``: the backbone quantized as ``model.quantize(mode)`` quantizes it
+    (``QUANTIZE_MODES``; "" for none), LoRA on top.
     """
 
     preset: str
@@ -95,6 +100,7 @@ class HubSpec:
     lora_rank: int = 0
     dtype: str = "bfloat16"
     classes: int = 2
+    quantize: str = ""
 
     @property
     def model(self) -> HubModel:
@@ -105,11 +111,12 @@ class HubSpec:
         shape = f"seq{self.sequence_length}" if self.model.text else "x".join(map(str, self.model.image_shape or ()))
         lora = f"-lora{self.lora_rank}" if self.lora_rank else ""
         head = f"-classes{self.classes}" if self.model.task != "causal_lm" else ""
-        return f"{self.preset}-{shape}{lora}-{self.dtype}{head}"
+        quantized = f"-{self.quantize}" if self.quantize else ""
+        return f"{self.preset}-{shape}{lora}-{self.dtype}{quantized}{head}"
 
 
 def make_hub_spec(preset: str, sequence_length: int | None = None, lora_rank: int = 0, dtype: str | None = None,
-                  classes: int = 2) -> HubSpec:
+                  classes: int = 2, quantize: str = "") -> HubSpec:
     """A checked ``HubSpec``; ``ValueError`` with one line for the user otherwise."""
     models = hub_models()
     if preset not in models:
@@ -133,7 +140,9 @@ def make_hub_spec(preset: str, sequence_length: int | None = None, lora_rank: in
         raise ValueError(f"the dtype policy must be one of {', '.join(DTYPES)}. Received: {dtype!r}")
     if not 1 <= classes <= MAX_CLASSES:
         raise ValueError(f"classes must be 1 to {MAX_CLASSES:,}. Received: {classes}")
-    return HubSpec(preset, sequence_length, lora_rank, dtype, classes)
+    if quantize and quantize not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}. Received: {quantize!r}")
+    return HubSpec(preset, sequence_length, lora_rank, dtype, classes, quantize)
 
 
 def lora_applies(model: HubModel, frozen: bool) -> bool:

@@ -16,7 +16,10 @@ from calc.types import OptimizerOptions, TrainingConfig
 
 def spec_to_dict(spec: ModelSpec | ModelFile | HubSpec) -> dict[str, Any]:
     if isinstance(spec, HubSpec):
-        return {"hub": asdict(spec)}
+        hub = asdict(spec)
+        if not hub["quantize"]:  # named only where the model is quantized
+            del hub["quantize"]
+        return {"hub": hub}
     return {"file": spec.path} if isinstance(spec, ModelFile) else asdict(spec)
 
 
@@ -25,7 +28,7 @@ def plan_spec_from_dict(data: dict[str, Any]) -> ModelSpec | ModelFile | HubSpec
     if "hub" in data:
         hub = data["hub"]
         return make_hub_spec(str(hub["preset"]), int(hub["sequence_length"]) or None, int(hub["lora_rank"]),
-                             str(hub["dtype"]), int(hub["classes"]))
+                             str(hub["dtype"]), int(hub["classes"]), str(hub.get("quantize", "")))
     return spec_from_dict(data)
 
 
@@ -46,6 +49,9 @@ def config_to_dict(config: TrainingConfig) -> dict[str, Any]:
     data = asdict(config)
     for key in ("optimizer", "precision", "train_mode", "device"):
         data[key] = getattr(config, key).value
+    for key in ("model_parallel", "hosts"):  # a mesh's figures, named only where they are not one's
+        if data[key] == 1:
+            del data[key]
     return data
 
 

@@ -7,7 +7,7 @@ from a model once; everything else is computed from it and a ``TrainingConfig``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 class Precision(str, enum.Enum):
@@ -171,6 +171,8 @@ class ModelProfile:
 # Larger than any per-step batch trained in practice (the largest published data-parallel
 # ImageNet batches are ~10^5-10^6); above it an estimate only measures the typo.
 MAX_BATCH_SIZE = 1 << 24
+MAX_DEVICES_PER_HOST = 8  # the meshes XLA's plan takes (calc.xla.cache.plan_request)
+MAX_HOSTS = 4
 
 
 @dataclass(frozen=True)
@@ -184,15 +186,19 @@ class TrainingConfig:
     train_mode: TrainMode = TrainMode.ALL
     last_n_layers: int = 0
     gradient_accumulation_steps: int = 1
-    num_gpus: int = 1
+    num_gpus: int = 1  # data-parallel replicas: the global batch is split over them
     device: Device = Device.CPU
+    # A keras.distribution mesh beyond data parallelism: its model axis (the preset's layout map shards the
+    # weights over it) and the hosts its devices sit on. The mesh is num_gpus x model_parallel devices.
+    model_parallel: int = 1
+    hosts: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", Device(self.device))
         object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "train_mode", TrainMode(self.train_mode))
-        for name in ("batch_size", "gradient_accumulation_steps", "num_gpus"):
+        for name in ("batch_size", "gradient_accumulation_steps", "num_gpus", "model_parallel", "hosts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
@@ -212,10 +218,27 @@ class TrainingConfig:
                 "batch_size must be divisible by num_gpus (data parallelism splits the "
                 f"global batch). Received: batch_size={self.batch_size}, num_gpus={self.num_gpus}"
             )
+        if self.hosts > MAX_HOSTS or self.devices % self.hosts:
+            raise ValueError(f"a mesh's cards sit on 1 to {MAX_HOSTS} hosts, the same number on each. "
+                             f"Received: {self.devices} cards on {self.hosts} hosts")
 
     @property
     def per_replica_batch(self) -> int:
         return self.batch_size // self.num_gpus
+
+    def at_replica_batch(self, batch: int) -> TrainingConfig:
+        """The same setup, mesh and all, with ``batch`` examples on each data-parallel replica."""
+        return replace(self, batch_size=batch * self.num_gpus)
+
+    @property
+    def devices(self) -> int:
+        """The cards the step runs on: the data-parallel replicas times the model axis."""
+        return self.num_gpus * self.model_parallel
+
+    @property
+    def mesh(self) -> str:
+        """The mesh as ``DATAxMODEL`` (``1x1``: one card)."""
+        return f"{self.num_gpus}x{self.model_parallel}"
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,6 @@
 """KerasHub models: the presets' figures, their setups, and XLA's plan of their train step."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -12,7 +10,7 @@ from calc.hub import (NO_ATTENTION, HubSpec, hub_models, lora_parameters, lora_t
                       optimizer_state_bytes)
 from calc.requests import plan_spec_from_dict, spec_to_dict
 from calc.types import TrainingConfig
-from tests.tools import XLA_ATTENTION_TEMP
+from tests.tools import XLA_ATTENTION_TEMP, in_a_plan_child
 
 needs_plan = pytest.mark.skipif(xla.unavailable_reason() is not None,
                                 reason=f"no XLA plan here: {xla.unavailable_reason()}")
@@ -66,21 +64,12 @@ def test_lora_adds_an_a_and_a_b_per_query_and_value_kernel_by_hand():
     assert optimizer_state_bytes(4 * by_hand, 2) == 2 * 4 * by_hand + 4 + 4  # two slots, iteration, rate
 
 
-def _in_a_plan_child(code: str) -> dict:
-    from calc.workers.plans import plan_env
-
-    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @needs_plan
 @pytest.mark.keras
 def test_every_preset_is_built_without_its_weights_to_its_published_parameter_count():
     """45 presets, 74 billion parameters in all, built in one process that stays near a gigabyte:
     no weight is made, and each model has exactly the parameters keras-hub publishes for it."""
-    answer = _in_a_plan_child(
+    answer = in_a_plan_child(
         "import json, resource\n"
         "from calc.hub import hub_models\n"
         "from calc.keras.hub import backbone_parameters\n"
@@ -247,7 +236,7 @@ for card in ("t4", "a100-40", "l4", "h100-80"):
                  plain._use_fused_attention_op(), capped._use_fused_attention_op()]
 print(json.dumps(out))
 """
-    assert _in_a_plan_child(code) == {"t4": [False, False, False, False], "a100-40": [True, False, True, False],
+    assert in_a_plan_child(code) == {"t4": [False, False, False, False], "a100-40": [True, False, True, False],
                                       "l4": [True, False, True, False], "h100-80": [True, True, True, False]}
 
 
@@ -270,7 +259,7 @@ card = target_for("l4").config_text()
 flash = model.plan(1, card)["temp_bytes"]
 print(json.dumps([flash, xla_attention_temp(model, 1, card)]))
 """
-    flash, xla_attention = _in_a_plan_child(code)
+    flash, xla_attention = in_a_plan_child(code)
     probabilities = 24 * 14 * 1024 * 1024 * 2
     assert xla_attention - flash >= probabilities, (flash, xla_attention)
 

@@ -106,7 +106,11 @@ def test_a_plan_is_compiled_once_then_read_from_the_disk_cache(fake_runner):
 def test_the_per_device_batch_is_compiled_and_the_family_key_names_the_versions_not_the_batch(fake_runner):
     spec = make_spec("MobileNetV2", 96)
     request = cache.plan_request(spec, TrainingConfig(batch_size=32, num_gpus=4), xla.target_for("t4"))
-    assert request["config"]["batch_size"] == 8 and request["config"]["num_gpus"] == 1
+    # Four replicas are a 4x1 mesh: its global batch, 8 a card, compiled on four cards (tests/test_mesh.py).
+    assert request["config"]["batch_size"] == 32 and request["config"]["num_gpus"] == 4
+    assert cache.request_batch(request) == 8
+    one_card = cache.plan_request(spec, TrainingConfig(batch_size=8), xla.target_for("t4"))
+    assert cache.family_key(request, {}) != cache.family_key(one_card, {})
     key = cache.family_key(request, {"jax": "0.11.2", "keras": "3.15.1"})
     assert key != cache.family_key(request, {"jax": "0.12.0", "keras": "3.15.1"})
     assert key == cache.family_key(cache.at_batch(request, 99), {"jax": "0.11.2", "keras": "3.15.1"})

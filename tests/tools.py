@@ -80,3 +80,17 @@ def wait_for(condition, timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def in_a_plan_child(code: str) -> dict:
+    """The last line ``code`` prints, as JSON, run in a child with a plan worker's environment (Keras on JAX)."""
+    import json
+    import subprocess
+    import sys
+
+    from calc.workers.plans import plan_env
+
+    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

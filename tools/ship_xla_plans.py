@@ -14,7 +14,9 @@ Shipped are, by family (one configuration on one card, every batch known):
   batch keeps what fills its peak (``calc.xla.peak``, its largest layers) where its compile said.
 - the KerasHub setups of that file's ``hub`` list (the first is the dashboard's first KerasHub
   page) the same way, and for a text model the plans the search for its longest sequence at
-  that batch reads (``--hub``: these alone).
+  that batch reads (``--hub``: these alone);
+- the setups of its ``first_views`` list (meshes of several cards, quantized weights): their plan
+  at the batch alone (``--first-views``: these alone).
 
 ``--compile`` first compiles what the disk cache lacks (hours for every curve on two cores; a
 model's configuration is compiled for every card in a row, so the worker builds it once;
@@ -84,6 +86,20 @@ def hub_setups(gpus: list[str] | None = None):
                              entry.get("dtype"), entry.get("classes", 2))
         config = TrainingConfig(batch_size=entry["batch"], optimizer=Optimizer(entry["optimizer"]), device=Device.GPU)
         yield spec, config, [g for g in entry["gpus"] if not gpus or g in gpus], data["margin"]
+
+
+def first_views(gpus: list[str] | None = None):
+    """(spec, config, [gpu keys]) of every ``first_views`` setup: a KerasHub setup on a mesh (``DATAxMODEL``) or
+    quantized, shipped with its plan at the batch alone."""
+    from calc.hub import make_hub_spec
+
+    for entry in json.loads(CURVES.read_text()).get("first_views", []):
+        spec = make_hub_spec(entry["preset"], entry.get("sequence_length"), entry.get("lora_rank", 0),
+                             entry.get("dtype"), entry.get("classes", 2), entry.get("quantize", ""))
+        data, model = (int(n) for n in entry.get("mesh", "1x1").split("x"))
+        config = TrainingConfig(batch_size=entry["batch"], optimizer=Optimizer(entry["optimizer"]), device=Device.GPU,
+                                num_gpus=data, model_parallel=model, hosts=entry.get("hosts", 1))
+        yield spec, config, [g for g in entry["gpus"] if not gpus or g in gpus]
 
 
 def sequence_families(spec, config, gpu: str, margin: float):
@@ -187,6 +203,10 @@ def write(models: list[str] | None = None) -> None:
             if shipped is not None:
                 line, done = curve_state(shipped, gpu, margin, spec, config)
                 lines, settled = lines + line, settled + done
+    for spec, config, gpus in first_views():
+        for gpu in gpus:
+            add(spec, config, gpu, f"{spec.key} {config.optimizer.value} mesh {config.mesh} on {gpu}",
+                explained_at=config.per_replica_batch)
     for spec, config, gpus, margin in hub_setups():
         for gpu in gpus:
             add(spec, config, gpu, f"{spec.key} {config.optimizer.value} on {gpu}", explained_at=config.batch_size)
@@ -213,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="compile what the disk cache lacks first")
     parser.add_argument("--models", default="", help="only these catalogue models (comma-separated)")
     parser.add_argument("--hub", action="store_true", help="only the KerasHub setups")
+    parser.add_argument("--first-views", action="store_true", help="only the first views (meshes, quantized)")
     parser.add_argument("--gpus", default="", help="only these cards (comma-separated preset keys)")
     parser.add_argument("--precisions", default="", help="only these precisions (comma-separated)")
     parser.add_argument("--optimizers", default="", help="only these optimizers (comma-separated)")
@@ -227,6 +248,18 @@ def main(argv: list[str] | None = None) -> int:
         from calc.xla import PlanError
 
         started = time.monotonic()
+        if args.first_views:
+            for spec, config, cards in first_views(gpus):
+                for gpu in cards:
+                    try:
+                        plan = xla.compute_plan(spec, config, gpu, explained=True)
+                        line = f"{plan.peak_bytes / 2**30:.2f} GiB a card"
+                    except PlanError as exc:
+                        line = f"failed: {exc}"
+                    print(f"{spec.key} mesh {config.mesh} on {gpu}: {line} ({time.monotonic() - started:.0f} s)",
+                          flush=True)
+            write()
+            return 0
         for spec, config, gpu in validation_requests():
             xla.compute_plan(spec, config, gpu)
         curves = [] if args.hub else [(spec, config, gpu, margin)

@@ -169,6 +169,7 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
         "fits": needed <= budget.usable_bytes,
         "peak_breakdown": plan.breakdown(),
         "peak_explained": plan.explained.to_dict() if plan.explained is not None else None,
+        **({"mesh": mesh_object(config)} if config.devices > 1 else {}),
     }
     how = ("compiled" if plan.compiled else
            f"drawn on the line through the plans compiled at batches {plan.drawn_through[0]} and "
@@ -177,8 +178,9 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     if hub is not None:  # a KerasHub model's policy and LoRA are its own
         precision, mode = hub["dtype"], "lora" if hub["lora_rank"] else mode
         out.update(precision=precision, train_mode=mode, hub=hub)
+    where = gpu.name if config.devices == 1 else f"each card of {mesh_words(config, gpu.name)}"
     lines = [f"{name}  batch {config.batch_size}  {config.optimizer.value}  {precision}  "
-             f"{mode}  (XLA's plan of the step Keras compiles on {gpu.name}, jit_compile=True"
+             f"{mode}  (XLA's plan of the step Keras compiles on {where}, jit_compile=True"
              f"{', RematScope ' + plan.remat if plan.remat else ''})"]
     lines += notes or []
     lines += [f"  {k:20s} {v / GIB:10.3f} GiB" for k, v in plan.components().items()]
@@ -193,6 +195,22 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
     lines += [f"  kept free: {line}" for line in kept_lines(budget, config.per_replica_batch)]
     print_out(out, args.json, lines)
     return 0
+
+
+def mesh_object(config: TrainingConfig) -> dict[str, Any]:
+    """``--json``'s ``mesh``: its axes and hosts; ``peak_bytes`` and ``components`` beside it are one card's."""
+    return {"data": config.num_gpus, "model": config.model_parallel, "hosts": config.hosts, "devices": config.devices,
+            "layout": "data parallel" if config.model_parallel == 1 else "the preset's layout map",
+            "per_device_batch": config.per_replica_batch, "peak_is_per_device": True}
+
+
+def mesh_words(config: TrainingConfig, card: str) -> str:
+    """"a 1x2 mesh of 2 NVIDIA L4 (model parallel by the preset's layout map, one host)"."""
+    how = ("data parallel" if config.model_parallel == 1 else
+           "model parallel by the preset's layout map" if config.num_gpus == 1 else
+           "data x model parallel by the preset's layout map")
+    hosts = "one host" if config.hosts == 1 else f"{config.hosts} hosts"
+    return f"a {config.mesh} mesh of {config.devices} {card} ({how}, {hosts})"
 
 
 def _hub_setup(args: argparse.Namespace) -> tuple[HubSpec, TrainingConfig, GpuPreset]:
@@ -220,13 +238,15 @@ def _estimate_hub(args: argparse.Namespace) -> int:
     head = "" if model.task == "causal_lm" else f", and the new head of {spec.classes} classes"
     setup = {"preset": spec.preset, "task": model.task, "params": model.params, "sequence_length": spec.sequence_length,
              "lora_rank": spec.lora_rank or None, "lora_params": lora, "dtype": spec.dtype,
-             "classes": spec.classes if model.task != "causal_lm" else None,
+             "classes": spec.classes if model.task != "causal_lm" else None, "quantize": spec.quantize or None,
              "optimizer_slots": slots_per_variable(config.optimizer, config.optimizer_options, 1)}
     notes = [f"  {model.preset}: {model.params:,} parameters ({model.description}); "
              + (f"{spec.sequence_length} tokens per example; " if model.text else "")
              + (f"LoRA rank {spec.lora_rank} on every layer's query and value: {lora:,} trainable parameters, "
                 f"float32{head}; the rest frozen in {spec.dtype}" if lora is not None else
-                f"every weight trained, in {spec.dtype}")]
+                f"every weight trained, in {spec.dtype}")
+             + (f"; quantized as model.quantize(\"{spec.quantize}\") quantizes it before LoRA"
+                if spec.quantize else "")]
     return _print_plan(args, spec.key, config, gpu, plan, hub=setup, notes=notes)
 
 
@@ -305,6 +325,7 @@ KIND_LABELS = {
     "activations": "activations", "gradients": "gradients", "optimizer": "optimizer temporaries",
     "workspace": "cuDNN/cuBLAS workspace", "layout_copies": "layout copies", "other": "other XLA values",
     "packing": "heap packing", "step_outputs": "step outputs", "outside_step": "outside the step",
+    "quantized_weights": "quantized frozen weights", "quantization_scales": "quantization scales",
 }
 LAYERS_PRINTED = 12
 

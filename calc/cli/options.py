@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 from calc.catalogue import ModelSpec, make_spec
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu, lookup_gpu
-from calc.hub import DTYPES, HubSpec, make_hub_spec
+from calc.hub import DTYPES, QUANTIZE_MODES, HubSpec, make_hub_spec
 from calc.types import Device, ModelProfile, Optimizer, OptimizerOptions, Precision, TrainingConfig, TrainMode
 from calc.xla import REMAT_MODES
 
@@ -44,6 +44,14 @@ def momentum_value(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a momentum between 0 and 1, received {text!r}")
     return value
+
+
+def mesh_shape(text: str) -> tuple[int, int]:
+    """``DATAxMODEL``: the data-parallel replicas and the model axis of a ``keras.distribution`` mesh."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and 0 < int(p) <= 64 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected DATAxMODEL, such as 4x1, 1x2 or 2x4. Received: {text[:40]!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def _number(text: str, fits, expected: str) -> float:
@@ -94,7 +102,15 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--last-n", "--last-n-layers", dest="last_n", type=positive, help="train only the last N layers")
     p.add_argument("--grad-accum", "--gradient-accumulation-steps", dest="grad_accum", type=positive, default=1,
                    help="gradient_accumulation_steps")
-    p.add_argument("--gpus", "--num-gpus", dest="gpus", type=positive, default=1, help="data-parallel replicas")
+    p.add_argument("--gpus", "--num-gpus", dest="gpus", type=positive, default=1,
+                   help="data-parallel replicas (--mesh Nx1)")
+    p.add_argument("--mesh", type=mesh_shape, metavar="DATAxMODEL",
+                   help="a keras.distribution mesh: DATA replicas of the batch by a MODEL axis the preset's layout map "
+                        "shards the weights over (4x1: data parallel; 1x2, 2x4: model parallel); XLA plans one card's "
+                        "step")
+    p.add_argument("--hosts", type=positive, default=1, help="the hosts the mesh's cards sit on, as many on each")
+    p.add_argument("--quantize", choices=QUANTIZE_MODES,
+                   help="a KerasHub model's model.quantize(mode) before LoRA: frozen kernels in 8 or 4 bits")
     p.add_argument("--seq-len", "--sequence-length", dest="seq_len", type=positive,
                    help="a KerasHub text model's tokens per example (default 512)")
     p.add_argument("--lora-rank", type=positive, help="a KerasHub model's backbone.enable_lora(rank): only LoRA's "
@@ -132,6 +148,8 @@ def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tra
 
         spec, config = spec_and_config(args)
         return spec.key, get_profile(spec), config
+    if config_from_args(args).model_parallel > 1:
+        raise ValueError(MODEL_AXIS_REFUSED)
     import os
 
     from calc.catalogue import ModelFile
@@ -187,6 +205,8 @@ def spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig
     if not args.model:
         raise ValueError("the following arguments are required: --model (or --file)")
     config = config_from_args(args)
+    if config.model_parallel > 1:
+        raise ValueError(MODEL_AXIS_REFUSED)
     spec = make_spec(
         args.model,
         args.image_size,
@@ -206,7 +226,8 @@ def hub_spec_and_config(args: argparse.Namespace) -> tuple[HubSpec, TrainingConf
     if given:
         raise ValueError(f"a KerasHub model is set up by --seq-len, --lora-rank, --dtype, --classes and "
                          f"--frozen-backbone; drop {', '.join(given)}.")
-    spec = make_hub_spec(args.model, args.seq_len, args.lora_rank or 0, args.dtype, args.classes or 2)
+    spec = make_hub_spec(args.model, args.seq_len, args.lora_rank or 0, args.dtype, args.classes or 2,
+                         args.quantize or "")
     if args.frozen_backbone and (spec.lora_rank or spec.model.task == "causal_lm"):
         raise ValueError("--frozen-backbone trains a classifier's new head alone: a causal LM has none, and LoRA's "
                          "weights would be frozen with the backbone.")
@@ -219,14 +240,21 @@ def is_hub(args: argparse.Namespace) -> bool:
 
     if args.model and is_hub_model(args.model):
         return True
-    given = [f"--{n.replace('_', '-')}" for n in ("seq_len", "lora_rank", "dtype") if getattr(args, n, None)]
+    given = [f"--{n.replace('_', '-')}" for n in ("seq_len", "lora_rank", "dtype", "quantize") if getattr(args, n, None)]
     if given:
         raise ValueError(f"{', '.join(given)} set up a KerasHub model (`python -m calc models --hub`).")
     return False
 
 
+MODEL_AXIS_REFUSED = ("a Keras application or a saved file has no layout map to shard its weights by: its mesh is "
+                      "data parallel, --mesh Nx1")
+
+
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:
     frozen = args.frozen_backbone
+    data, model = getattr(args, "mesh", None) or (args.gpus, 1)
+    if getattr(args, "mesh", None) and args.gpus != 1:
+        raise ValueError("--mesh and --gpus exclude each other: --gpus N is --mesh Nx1.")
     if frozen and args.last_n:
         raise ValueError("--frozen-backbone and --last-n exclude each other.")
     mode = TrainMode.FROZEN_BACKBONE if frozen else TrainMode.LAST_N if args.last_n else TrainMode.ALL
@@ -240,7 +268,9 @@ def config_from_args(args: argparse.Namespace) -> TrainingConfig:
         train_mode=mode,
         last_n_layers=args.last_n or 0,
         gradient_accumulation_steps=args.grad_accum,
-        num_gpus=args.gpus,
+        num_gpus=data,
+        model_parallel=model,
+        hosts=getattr(args, "hosts", 1),
         device=device_from_name(args.device),
     )
 

@@ -215,9 +215,10 @@ def run_plan(request: dict[str, Any], key: str, *, timeout_s: float) -> dict[str
     (the command line). Raises ``PlanError`` with one line: XLA refused, the worker's memory, the time limit."""
     from calc.cluster.worker import plan
     from calc.workers.budgets import gib
+    from calc.xla.cache import request_batch
     from calc.xla.plan import PlanError
 
-    batch = int(request["config"]["batch_size"])
+    batch = request_batch(request)
     eng = engine({PLAN: 1})
     future = eng.submit(plan, request, key=f"plan-{key}-{batch}", kind=PLAN, priority=0)
     try:

@@ -177,6 +177,11 @@ def _refusal(text: str) -> str:
         return ("XLA cannot compile this step for this card: it multiplies bfloat16 matrices with float32 sums, "
                 "which XLA runs only on compute capability 8.0 (Ampere) or newer. A real card of this kind refuses "
                 "it too; choose float32 or mixed_float16 for it")
+    if "custom_partitioner" in text and "fused_attention" in text:  # jax/_src/cudnn/fused_attention_stablehlo.py
+        said = re.findall(r"ValueError: ([^\n]+)", text)
+        return ("XLA could not split this step over the mesh: cuDNN's flash attention, which Keras takes on this card "
+                f"for 16-bit attention, refuses these shardings ({said[-1].strip() if said else 'no reason given'}); "
+                "a real mesh of these cards refuses it too. Choose float32, or a data-parallel mesh (DATAx1)")
     line = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", text).split())[:300]
     return f"XLA could not compile this step: {line}"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from calc.hub import HubModel, HubSpec
 from calc.keras.codegen import Codegen
-from calc.keras.plan import PlanModel, card_answers, fresh_session
+from calc.keras.plan import MESH_AXES, PlanModel, card_answers, fresh_session
 from calc.keras.plan import answer_as_the_card as plan_answers
 from calc.types import TrainingConfig, TrainMode
 
@@ -35,18 +35,74 @@ def _deferred() -> Any:
     return keras.StatelessScope(initialize_variables=False)
 
 
-def deferred_backbone(model: HubModel, lora_rank: int = 0, remat: str | None = None) -> Any:
-    """The preset's backbone from its figures, every variable deferred; LoRA enabled at ``lora_rank``."""
+def deferred_backbone(model: HubModel, lora_rank: int = 0, remat: str | None = None, quantize: str = "") -> Any:
+    """The preset's backbone from its figures, every variable deferred; quantized as ``model.quantize(quantize)``
+    quantizes it (``quantized_policies``), then LoRA enabled at ``lora_rank``."""
     import keras
     import keras_hub
 
     figures = {k: tuple(v) if isinstance(v, list) else v for k, v in model.backbone.items()}
+    if quantize:
+        figures["dtype"] = quantized_policies(model, quantize)
     scope = keras.RematScope(mode=remat) if remat else nullcontext()
     with _deferred(), scope:
         backbone = getattr(keras_hub.models, f"{model.family}Backbone")(**figures)
         if lora_rank:
             backbone.enable_lora(rank=lora_rank)
     return backbone
+
+
+def _probe(cls: type, mode: str, base: str) -> str | None:
+    """The policy Keras's own ``quantize(mode)`` gives a small layer of class ``cls`` built under ``base``
+    ("int4/128_from_bfloat16"), or None where it leaves the class as it is (float8 and an embedding)."""
+    import keras
+    import numpy as np
+
+    from calc.xla.plan import PlanError
+
+    makers = {keras.layers.Dense: (lambda: cls(8, dtype=base), (2, 8)),
+              keras.layers.EinsumDense: (lambda: cls("ab,bc->ac", output_shape=8, dtype=base), (2, 8)),
+              keras.layers.Embedding: (lambda: cls(16, 8, dtype=base), (2,))}
+    known = [k for k in makers if issubclass(cls, k)]
+    if not known:
+        raise PlanError(f"Keras quantizes {cls.__name__} layers in a way this tool does not plan yet")
+    make, shape = makers[known[0]]
+    layer = make()
+    layer(np.zeros(shape, "int32" if len(shape) == 1 else "float32"))
+    try:
+        layer.quantize(mode)
+    except NotImplementedError:
+        return None
+    return str(layer.dtype_policy.name)
+
+
+def quantized_policies(model: HubModel, mode: str) -> Any:
+    """The ``DTypePolicyMap`` a backbone is built under to hold the variables ``backbone.quantize(mode)``
+    leaves it (which Keras makes from the weights' values): by each layer's path, the policy Keras's
+    ``quantize`` gives a layer of its class (``_probe``), for the layers ``Model.quantize`` quantizes (those
+    whose class defines ``quantize`` itself; a subclass that does not is refused by its type check).
+    This is how Keras builds a quantized model it loads: its variables are made, never its weights."""
+    import keras
+    import keras_hub
+
+    base = keras.config.dtype_policy().name
+    figures = {k: tuple(v) if isinstance(v, list) else v for k, v in model.backbone.items()}
+    with _deferred():
+        plain = getattr(keras_hub.models, f"{model.family}Backbone")(**figures)
+    policies: dict[type, str | None] = {}
+    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=base)
+    for layer in plain._flatten_layers(include_self=False, recursive=True):
+        cls = type(layer)
+        if list(layer._flatten_layers(include_self=False, recursive=False)) or "quantize" not in vars(cls):
+            continue
+        if cls not in policies:
+            policies[cls] = _probe(cls, mode, base)
+        if policies[cls] is not None:
+            policy_map[layer.path] = policies[cls]
+    # The backbone is built again from a fresh session, so that its layers take the same names as ``plain``'s.
+    keras.backend.clear_session()
+    keras.config.set_dtype_policy(base)
+    return policy_map
 
 
 def backbone_parameters(model: HubModel) -> int:
@@ -88,7 +144,7 @@ def hub_training_model(spec: HubSpec, config: TrainingConfig, remat: str | None 
 
     model = spec.model
     keras.config.set_dtype_policy(spec.dtype)
-    backbone = deferred_backbone(model, spec.lora_rank, remat)
+    backbone = deferred_backbone(model, spec.lora_rank, remat, spec.quantize)
     task_class = getattr(keras_hub.models, f"{model.family}{TASK_CLASS[model.task]}")
     head = {} if model.task == "causal_lm" else {"num_classes": spec.classes}
     # Outside the scope: the task compiles itself with a default optimizer, whose iteration count is
@@ -119,6 +175,51 @@ def batch_structure(task: Any, batch: int, sequence: int) -> tuple[Any, Any, Any
     if _is_causal_lm(task):
         return x, jax.ShapeDtypeStruct((batch, sequence), "int32"), jax.ShapeDtypeStruct((batch, sequence), "bool")
     return x, jax.ShapeDtypeStruct((batch,), "int32"), None
+
+
+def _model_parallel(model: HubModel, devices: Any) -> Any:
+    """``keras.distribution.ModelParallel`` over ``devices`` (data replicas x model axis) with the preset's
+    own layout map (its backbone class's ``get_layout_map``); ``PlanError`` for a family keras-hub gives none."""
+    import keras
+    import keras_hub
+
+    from calc.xla.plan import PlanError
+
+    backbone = getattr(keras_hub.models, f"{model.family}Backbone")
+    if not callable(getattr(backbone, "get_layout_map", None)):
+        raise PlanError(f"keras-hub gives {model.family} models no layout map to shard their weights by: "
+                        "use a data-parallel mesh (DATAx1)")
+    mesh = keras.distribution.DeviceMesh(devices.shape, MESH_AXES, devices=devices)
+    return keras.distribution.ModelParallel(layout_map=backbone.get_layout_map(mesh), batch_dim_name=MESH_AXES[0])
+
+
+def _axes(variable: Any) -> tuple[str | None, ...]:
+    """A variable's axes on the mesh: its layout's, or none (replicated)."""
+    layout = getattr(variable, "_layout", None)
+    axes = tuple(layout.axes) if layout is not None else ()
+    return axes if len(axes) == len(variable.shape) else (None,) * len(variable.shape)
+
+
+SCALE_NAMES = ("scale", "zero", "amax_history")  # the variables quantization adds beside a kernel
+
+
+def _quantized_kinds(task: Any, groups: tuple[Any, ...]) -> dict[tuple[int, int], str]:
+    """Of the state, what quantization made: the quantized kernels (8-bit variables; int4's packed two to a
+    byte) and their scales and zero points (``SCALE_NAMES``, in the policy's variable dtype), of a layer whose
+    policy quantizes, by (group, index)."""
+    quantized = {layer.path for layer in task._flatten_layers(include_self=False, recursive=True)
+                 if getattr(layer, "quantization_mode", None)}
+    kinds = {}
+    for g, group in enumerate(groups):
+        for i, v in enumerate(group):
+            layer, _, name = v.path.rpartition("/")
+            if layer.split("/", 1)[-1] not in quantized and layer not in quantized:
+                continue
+            if any(s in name for s in SCALE_NAMES):  # an int4 kernel's zero points are int8 too
+                kinds[(g, i)] = "scales"
+            elif str(v.dtype) in ("int8", "uint8") or str(v.dtype).startswith("float8"):
+                kinds[(g, i)] = "quantized"
+    return kinds
 
 
 def _is_causal_lm(task: Any) -> bool:
@@ -152,7 +253,16 @@ class HubPlanModel(PlanModel):
         import numpy as np
 
         started = fresh_session(remat)
+        self.mesh_shape = (config.num_gpus, config.model_parallel, config.hosts)
+        self._preset = spec.model
         task = hub_training_model(spec, config, remat)
+        if config.model_parallel > 1:
+            # As under the distribution's scope: each model variable laid out by the preset's layout map, which
+            # the optimizer's slots then take from their variable (``add_variable_from_reference``).
+            layouts = _model_parallel(spec.model, np.arange(config.devices).reshape(config.num_gpus,
+                                                                                    config.model_parallel))
+            for variable in task.weights:
+                variable._layout = layouts.get_variable_layout(variable)
         self._sequence = max(1, spec.sequence_length)  # an image model's inputs have no unknown length
         x, y, weights = batch_structure(task, 1, self._sequence)
         zeros = lambda tree: keras.tree.map_structure(lambda s: np.zeros(s.shape, s.dtype), tree)  # noqa: E731
@@ -164,6 +274,13 @@ class HubPlanModel(PlanModel):
         self._state = tuple([jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in group] for group in groups)
         # A backbone's variables are named by their own layer (".../decoder_block_0/attention/query/kernel").
         self._keep(task, groups, lambda path: path.split("/")[-2] if "/" in path else path)
+        if config.model_parallel > 1:
+            self.state_axes = tuple([_axes(v) for v in group] for group in groups)
+            for group in groups:  # the layouts live on in the step's shardings; their mesh here is no device's
+                for v in group:
+                    v._layout = None
+        if spec.quantize:
+            self.state_kinds = _quantized_kinds(task, groups)
         self.trainable_params = sum(math.prod(v.shape) for v in task.trainable_variables)
         self.params = sum(math.prod(v.shape) for v in task.backbone.weights)
         self.build_seconds = round(time.perf_counter() - started, 2)
@@ -175,6 +292,9 @@ class HubPlanModel(PlanModel):
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), data)
 
     asks_the_device = True  # every KerasHub text model has attention; an image model's questions cost nothing
+
+    def _distribution(self, mesh: Any) -> Any:
+        return _model_parallel(self._preset, mesh.devices) if self.mesh_shape[1] > 1 else None
 
     def answer_as_the_card(self, target_config: str) -> None:
         answer_as_the_card(target_config)

@@ -19,7 +19,6 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +124,10 @@ class PlanModel:
         import numpy as np
 
         started = fresh_session(remat)
+        if config.model_parallel > 1:
+            raise ValueError("a catalogue model has no layout map to shard its weights over a model axis: "
+                             "its mesh is data parallel (DATAx1)")
+        self.mesh_shape = (config.num_gpus, config.model_parallel, config.hosts)
         model = compiled_training_model(spec, config, remat=remat)
         x_shape, x_dtype, y_shape, _ = batch_shapes(model, 1)
         # Keras builds the optimizer and the metrics from one small batch; the plan's batch is abstract.
@@ -161,6 +164,10 @@ class PlanModel:
         self._model = model
         self._step = jax.jit(model.train_step, donate_argnums=0)
         self._meshes: dict[str, Any] = {}
+        # Each state variable's axes on the mesh (``keras.distribution.TensorLayout.axes``): what the preset's
+        # layout map says, on the optimizer's slots their variable's; None where every variable is replicated.
+        self.state_axes: tuple[list[tuple[str | None, ...]], ...] | None = None
+        self.state_kinds: dict[tuple[int, int], str] = {}  # (group, index) -> "quantized" or "scales"
         self.group_bytes = tuple(_nbytes(g) for g in groups)
         labels = ("", "", "(optimizer state)", "(metrics)")
         self.state_layers = {(g, i): (layer_of(v.path) if labels[g] == "" else labels[g])
@@ -189,15 +196,47 @@ class PlanModel:
             jax.clear_caches()  # a step traced with another card's answers would be reused
             self._answering = answers
 
-    def _sharding(self, target_config: str) -> Any:
-        """A sharding on one device of the target card (one compile-only topology per card)."""
+    mesh_shape: tuple[int, int, int] = (1, 1, 1)  # (data-parallel replicas, model axis, hosts)
+
+    @property
+    def on_mesh(self) -> bool:
+        return self.mesh_shape != (1, 1, 1)
+
+    def _mesh(self, target_config: str) -> Any:
+        """The cards of the target, compile-only, as JAX's mesh: one card on one host (axis "x"), or the
+        setup's mesh of ("batch", "model") over its hosts (topology "1 x hosts x cards per host")."""
         from jax.experimental import topologies
-        from jax.sharding import NamedSharding, PartitionSpec
 
         if target_config not in self._meshes:
-            topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
-            self._meshes[target_config] = NamedSharding(topologies.make_mesh(topology, (1,), ("x",)), PartitionSpec())
+            data, model, hosts = self.mesh_shape
+            if not self.on_mesh:
+                topology = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology="1x1x1")
+                self._meshes[target_config] = topologies.make_mesh(topology, (1,), ("x",))
+            else:
+                topology = topologies.get_topology_desc(platform="cuda", target_config=target_config,
+                                                        topology=f"1x{hosts}x{data * model // hosts}")
+                self._meshes[target_config] = topologies.make_mesh(topology, (data, model), MESH_AXES)
         return self._meshes[target_config]
+
+    def _sharding(self, target_config: str) -> Any:
+        """A sharding on one device of the target card (one compile-only topology per card)."""
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        return NamedSharding(self._mesh(target_config), PartitionSpec())
+
+    def _distribution(self, mesh: Any) -> Any:
+        """The ``keras.distribution`` the step is traced under on ``mesh`` (layers ask it how to lay out
+        their outputs); None where no layer would ask (data parallel)."""
+        return None
+
+    def _state_on(self, mesh: Any) -> tuple[list[Any], ...]:
+        """The state as abstract values laid out on the setup's mesh: each variable by its axes."""
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        axes = self.state_axes or tuple([()] * len(group) for group in self._state)
+        return tuple([jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, PartitionSpec(*a)))
+                      for v, a in zip(group, group_axes)] for group, group_axes in zip(self._state, axes))
 
     def batch(self, batch: int, sharding: Any) -> Any:
         """One batch of the step, abstract: (images, labels, no sample weights)."""
@@ -223,13 +262,13 @@ class PlanModel:
 
         started = time.perf_counter()
         self._answer_as(target_config)
-        sharding = self._sharding(target_config)
-
-        def abstract(v: Any) -> Any:
-            return jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
-
-        data = self.batch(batch, sharding)
-        lowered = self._step.lower(jax.tree.map(abstract, self._state), data)
+        if self.on_mesh:
+            state, data, lowered = self._lower_on_mesh(batch, target_config)
+        else:
+            sharding = self._sharding(target_config)
+            state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding), self._state)
+            data = self.batch(batch, sharding)
+            lowered = self._step.lower(state, data)
         traced = time.perf_counter()
         gemm: dict[str, Any] = {}
         try:
@@ -243,7 +282,10 @@ class PlanModel:
             memory, emitted = _compiled_memory(lowered, {"xla_gpu_enable_triton_gemm": False}, codegen)
             gemm = {"triton_gemm": False}
         compiled = time.perf_counter()
-        trainable, non_trainable, optimizer, metrics = self.group_bytes
+        trainable, non_trainable, optimizer, metrics = (tuple(_device_bytes(g) for g in state) if self.on_mesh
+                                                         else self.group_bytes)
+        kinds = {kind: sum(_device_bytes([state[g][i]]) for (g, i), k in self.state_kinds.items() if k == kind)
+                 for kind in ("quantized", "scales")}
         explained = self._explained()
         return {
             "argument_bytes": memory.argument_bytes,
@@ -255,7 +297,7 @@ class PlanModel:
             "non_trainable_bytes": non_trainable,
             "optimizer_bytes": optimizer,
             "metrics_bytes": metrics,
-            "batch_bytes": _nbytes(data),
+            "batch_bytes": _device_bytes(data),
             # What a fresh process spends before XLA's compile: building the model and tracing the step.
             "build_seconds": round(self.build_seconds + traced - started, 2),
             "compile_seconds": round(compiled - traced, 2),
@@ -263,7 +305,29 @@ class PlanModel:
             "keras": keras.__version__,
             **gemm,
             **({"peak": explained} if explained is not None else {}),
+            **({"quantized_bytes": kinds["quantized"], "scale_bytes": kinds["scales"]} if self.state_kinds else {}),
+            **({"mesh": dict(zip(("data", "model", "hosts"), self.mesh_shape))} if self.on_mesh else {}),
         }
+
+    def _lower_on_mesh(self, batch: int, target_config: str) -> tuple[Any, Any, Any]:
+        """(the state, the batch, the lowered step) on the setup's mesh of the target's cards, as Keras
+        runs it under a ``keras.distribution``: each variable laid out by its axes, the global batch
+        (``batch`` on each replica) split along the "batch" axis, the updated state kept where it was
+        (``out_shardings``, keras/src/backend/jax/trainer.py ``make_train_function``). XLA's SPMD
+        partitioner then plans one device's program."""
+        from contextlib import nullcontext
+
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        mesh = self._mesh(target_config)
+        state = self._state_on(mesh)
+        data = self.batch(batch * self.mesh_shape[0], NamedSharding(mesh, PartitionSpec(MESH_AXES[0])))
+        step = jax.jit(self._model.train_step, donate_argnums=0,
+                       out_shardings=(None, tuple([v.sharding for v in group] for group in state)))
+        distribution = self._distribution(mesh)
+        with distribution.scope() if distribution is not None else nullcontext():
+            return state, data, step.lower(state, data)
 
     def _explained(self) -> dict[str, Any] | None:
         """What fills the compiled step's temporaries at their peak (``calc.xla.peak``), from the module
@@ -323,6 +387,18 @@ def _compiled_memory(lowered: Any, options: dict[str, Any], codegen: Codegen) ->
                           int(memory.alias_size_in_bytes), int(memory.temp_size_in_bytes)), True
 
 
+MESH_AXES = ("batch", "model")  # keras-hub's layout maps name these axes (``get_layout_map``'s defaults)
+
+
+def _device_bytes(values: Any) -> int:
+    """What one device holds of abstract values laid out on a mesh (each its shard's shape)."""
+    import jax
+    import numpy as np
+
+    return sum(math.prod(v.sharding.shard_shape(v.shape) if getattr(v, "sharding", None) is not None else v.shape)
+               * np.dtype(v.dtype).itemsize for v in jax.tree.leaves(values) if v is not None)
+
+
 def _nbytes(values: Any) -> int:
     import jax
     import numpy as np
@@ -351,7 +427,7 @@ def plan_in_process(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfi
 
     import jax
 
-    family = family or json.dumps([spec_to_dict(spec), config_to_dict(replace(config, batch_size=1, num_gpus=1)),
+    family = family or json.dumps([spec_to_dict(spec), config_to_dict(config.at_replica_batch(1)),
                                     remat], sort_keys=True)
     model = _WARM.get(family)
     warm = model is not None

@@ -29,7 +29,7 @@ class Setup:
 
     @classmethod
     def of(cls, spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, gpu_key: str, remat: str = "") -> Setup:
-        return cls(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
+        return cls(spec, config.at_replica_batch(1), gpu_key, remat)
 
     def known(self) -> xla.KnownPlans:
         """Every plan known at any batch (shipped or on disk); never compiles."""

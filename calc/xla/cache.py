@@ -27,7 +27,7 @@ from calc.disk_cache import read_entry, write_entry
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
 from calc.requests import config_to_dict, spec_to_dict
-from calc.types import TrainingConfig
+from calc.types import MAX_DEVICES_PER_HOST, TrainingConfig
 from calc.xla.plan import REMAT_MODES, PlanError
 from calc.xla.targets import GpuTarget
 
@@ -42,7 +42,7 @@ CACHE_ENTRIES = 2000  # families on disk
 # the child's answer is left out of the shipped file.
 KEPT_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "trainable_bytes",
                "non_trainable_bytes", "optimizer_bytes", "metrics_bytes", "batch_bytes", "build_seconds",
-               "compile_seconds", "jax", "keras", "peak", "triton_gemm")
+               "compile_seconds", "jax", "keras", "peak", "triton_gemm", "quantized_bytes", "scale_bytes", "mesh")
 # Of those, what the shipped file leaves out (it holds hundreds of plans): what fills each peak, but
 # for the plan a first visit shows (tools/ship_xla_plans.py), whose largest layers it names.
 NOT_SHIPPED = ("peak",)
@@ -81,10 +81,13 @@ def plan_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, 
     """The child's request: everything that decides the plan."""
     if remat and remat not in REMAT_MODES:
         raise PlanError(f"remat must be one of {', '.join(REMAT_MODES)} or empty. Received: remat={remat!r}")
+    if config.devices // config.hosts > MAX_DEVICES_PER_HOST:
+        raise PlanError(f"XLA plans meshes of 1 to {MAX_DEVICES_PER_HOST} cards a host; this one has "
+                        f"{config.devices // config.hosts}")
     config_data = config_to_dict(config)
-    # The plan is of one device's step: the per-device batch decides it, and the kernels
-    # (calc.types.Device) are the GPU's by construction.
-    config_data.update(batch_size=config.per_replica_batch, num_gpus=1, device="gpu")
+    # The plan is of one device's step: on one card the batch decides it, on a mesh the global batch (each
+    # replica's times the replicas) and the mesh; the kernels (calc.types.Device) are the GPU's by construction.
+    config_data.update(device="gpu")
     spec_data = spec_to_dict(spec)
     if isinstance(spec, ModelFile):
         spec_data["sha256"] = _file_digest(spec.resolved())
@@ -102,14 +105,14 @@ def plan_request(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, 
 
 
 def request_batch(request: dict[str, Any]) -> int:
-    """The one-device batch a request compiles."""
-    return int(request["config"]["batch_size"])
+    """The one-replica batch a request compiles (one device's, but on a mesh's model axis)."""
+    return int(request["config"]["batch_size"]) // int(request["config"].get("num_gpus", 1))
 
 
 def at_batch(request: dict[str, Any], batch: int) -> dict[str, Any]:
-    """The same request at another one-device batch."""
+    """The same request at another one-replica batch."""
     moved = copy.deepcopy(request)
-    moved["config"]["batch_size"] = batch
+    moved["config"]["batch_size"] = batch * int(request["config"].get("num_gpus", 1))
     return moved
 
 

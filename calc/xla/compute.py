@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import calc.xla.cache as cache
@@ -166,7 +166,7 @@ def known_plans(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig, g
     """
     try:
         target = target_for(gpu_key)
-        request, key = family_request(spec, replace(config, batch_size=1, num_gpus=1), gpu_key, remat)
+        request, key = family_request(spec, config.at_replica_batch(1), gpu_key, remat)
     except (PlanError, OSError):
         return KnownPlans({}, PlanCurve((), 0))
     raws = cache.read_family(key)

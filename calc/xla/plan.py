@@ -50,6 +50,9 @@ class XlaPlan:
     # Of ``weights_bytes``, the weights that train (LoRA's alone, the head's of a frozen backbone); 0 where
     # the plan does not say.
     trainable_weights_bytes: int = 0
+    # Of ``weights_bytes``, a quantized model's 8- and 4-bit kernels and the scales quantization keeps beside them.
+    quantized_weights_bytes: int = 0
+    quantization_scales_bytes: int = 0
 
     @property
     def compiled(self) -> bool:
@@ -60,8 +63,14 @@ class XlaPlan:
         return sum(self.components().values())
 
     def components(self) -> dict[str, int]:
+        """The peak's parts; a quantized model's weights split into its quantized kernels, their scales and the
+        rest (the adapters, the norms and what stays in the policy's dtype)."""
+        quantized = self.quantized_weights_bytes + self.quantization_scales_bytes
+        split = {"quantized_weights": self.quantized_weights_bytes,
+                 "quantization_scales": self.quantization_scales_bytes} if quantized else {}
         return {
-            "weights": self.weights_bytes,
+            "weights": self.weights_bytes - quantized,
+            **split,
             "optimizer_state": self.optimizer_state_bytes,
             "input_batch": self.input_batch_bytes,
             "xla_temporaries": self.temporaries_bytes,
@@ -76,8 +85,9 @@ class XlaPlan:
         if self.explained is None:
             return None
         out = {k: v for k, v in self.components().items() if k != "xla_temporaries"}
-        return {**{k: out[k] for k in ("weights", "optimizer_state", "input_batch")}, **self.explained.kind_bytes(),
-                "step_outputs": out["step_outputs"], "outside_step": out["outside_step"]}
+        after = ("step_outputs", "outside_step")
+        return {**{k: v for k, v in out.items() if k not in after}, **self.explained.kind_bytes(),
+                **{k: out[k] for k in after}}
 
 
 def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> XlaPlan:
@@ -106,6 +116,8 @@ def plan_from_analysis(raw: dict[str, Any], target: str, remat: str = "") -> Xla
         versions=f"jax {raw.get('jax', '?')}, keras {raw.get('keras', '?')}",
         explained=PeakExplained.of(raw.get("peak"), raw["temp_bytes"]),
         trainable_weights_bytes=int(raw.get("trainable_bytes", 0)),
+        quantized_weights_bytes=int(raw.get("quantized_bytes", 0)),
+        quantization_scales_bytes=int(raw.get("scale_bytes", 0)),
     )
 
 

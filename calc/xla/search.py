@@ -70,7 +70,7 @@ def plan_max_batch(spec: ModelSpec | ModelFile | HubSpec, config: TrainingConfig
     curve = known_curve(spec, config, gpu_key, remat).keeping(kept_per_sample)
 
     def plan_at(per_device: int) -> CompiledPoint:
-        one = replace(config, batch_size=per_device, num_gpus=1)
+        one = config.at_replica_batch(per_device)
         plan = compute_plan(spec, one, gpu_key, remat, **kwargs)
         return CompiledPoint(per_device, plan.peak_bytes, plan.temporaries_bytes)
 
@@ -182,7 +182,7 @@ def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usabl
     ``usable_bytes`` (its plan and the bytes kept free beside it, ``kept_at_length``), by compiling XLA's
     plan at each length the search tries (a length's plan is its own family: attention makes the plan grow
     faster than the sequence, so no line is drawn). ``compiled`` holds what each length needs."""
-    one = replace(config, batch_size=config.per_replica_batch, num_gpus=1)
-    return longest_fitting(lambda n: compute_plan(replace(spec, sequence_length=n), one, gpu_key, remat,
-                                                  **kwargs).peak_bytes + kept_at_length(spec, one.batch_size, n),
+    return longest_fitting(lambda n: compute_plan(replace(spec, sequence_length=n), config, gpu_key, remat,
+                                                  **kwargs).peak_bytes + kept_at_length(spec, config.per_replica_batch,
+                                                                                        n),
                            usable_bytes, spec.sequence_length, spec.model.sequence_limit)

@@ -1,0 +1,240 @@
+"""Meshes and quantized fine-tuning: what each device holds, checked by hand from the layout map and the
+figures, and Keras's own quantize against the variables the plan builds without weights."""
+
+import json
+
+import pytest
+
+from calc import xla
+from calc.hub import hub_models, make_hub_spec
+from calc.requests import config_from_dict, config_to_dict, plan_spec_from_dict, spec_to_dict
+from calc.types import TrainingConfig
+from tests.tools import in_a_plan_child
+
+needs_plan = pytest.mark.skipif(xla.unavailable_reason() is not None,
+                                reason=f"no XLA plan here: {xla.unavailable_reason()}")
+
+
+def test_a_mesh_is_checked_and_named_only_where_it_is_one():
+    config = TrainingConfig(batch_size=8, num_gpus=2, model_parallel=4, hosts=2)
+    assert (config.devices, config.mesh, config.per_replica_batch) == (8, "2x4", 4)
+    assert config.at_replica_batch(3).batch_size == 6 and config.at_replica_batch(3).model_parallel == 4
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(config)))) == config
+    # One card's setup is keyed as it always was: the plans shipped for it are found.
+    assert "model_parallel" not in config_to_dict(TrainingConfig()) and "hosts" not in config_to_dict(TrainingConfig())
+    for bad in (dict(num_gpus=2, hosts=3), dict(num_gpus=2, hosts=8), dict(model_parallel=0)):
+        with pytest.raises(ValueError):
+            TrainingConfig(batch_size=8, **bad)
+
+
+def test_a_quantized_setup_travels_to_the_child_and_back():
+    spec = make_hub_spec("gemma2_9b_en", 512, 4, quantize="int4")
+    assert plan_spec_from_dict(json.loads(json.dumps(spec_to_dict(spec)))) == spec
+    assert spec.key == "gemma2_9b_en-seq512-lora4-bfloat16-int4"
+    assert "quantize" not in spec_to_dict(make_hub_spec("gemma2_9b_en"))["hub"]  # the shipped plans' keys
+    with pytest.raises(ValueError, match="quantize must be one of"):
+        make_hub_spec("gemma2_9b_en", quantize="int2")
+
+
+def test_a_mesh_request_compiles_each_replicas_batch_on_its_mesh():
+    from calc.xla.cache import at_batch, plan_request, request_batch
+    from calc.xla.targets import target_for
+
+    spec = make_hub_spec("qwen2.5_0.5b_en", 128, 4)
+    request = plan_request(spec, TrainingConfig(batch_size=6, num_gpus=2, model_parallel=2), target_for("l4"))
+    assert request["config"]["batch_size"] == 6 and request["config"]["num_gpus"] == 2
+    assert request_batch(request) == 3 and request_batch(at_batch(request, 5)) == 5
+    assert at_batch(request, 5)["config"]["batch_size"] == 10
+    # XLA plans up to 8 cards a host (data-parallel replicas beyond are the walk's alone).
+    with pytest.raises(xla.PlanError, match="1 to 8 cards a host"):
+        plan_request(spec, TrainingConfig(batch_size=16, num_gpus=4, model_parallel=4), target_for("l4"))
+    assert plan_request(spec, TrainingConfig(batch_size=16, num_gpus=4, model_parallel=4, hosts=2), target_for("l4"))
+
+
+def test_the_command_line_takes_a_mesh_and_refuses_what_cannot_be_sharded(capsys):
+    from calc.cli.main import main
+
+    for argv, words in [(["--model", "ResNet50", "--mesh", "1x2"], "no layout map"),
+                        (["--model", "ResNet50", "--mesh", "2x1", "--gpus", "2"], "exclude each other"),
+                        (["--model", "ResNet50", "--quantize", "int8"], "--quantize set up a KerasHub model"),
+                        (["--model", "gemma2_2b_en", "--mesh", "2by2"], "DATAxMODEL"),
+                        (["--model", "gemma2_2b_en", "--mesh", "1x8", "--hosts", "3"], "same number on each")]:
+        assert main(["estimate", *argv, "--gpu", "l4"]) == 2
+        assert words in capsys.readouterr().err
+
+
+# Qwen 2.5 0.5B (calc/data/hub_models.json): 24 layers, hidden 896 = 14 query heads of 64, 2 key-value heads,
+# feed-forward 4,864, a tied vocabulary of 151,936. Its layout map (QwenBackbone.get_layout_map) shards the
+# embedding and every attention and feed-forward kernel over the model axis; norms and biases stay whole.
+QWEN = dict(vocab=151_936, layers=24, heads=14, kv=2, hidden=896, head=64, ffw=4_864)
+
+
+def _qwen_kernels() -> int:
+    q = QWEN
+    per_layer = (q["heads"] * q["hidden"] * q["head"] * 2  # query and attention_output
+                 + 2 * q["kv"] * q["hidden"] * q["head"]  # key and value
+                 + 3 * q["hidden"] * q["ffw"])  # intermediate, gate and output
+    return q["vocab"] * q["hidden"] + q["layers"] * per_layer
+
+
+PER_DEVICE = '''
+import json
+from calc.hub import make_hub_spec
+from calc.keras.hub import HubPlanModel
+from calc.keras.plan import _device_bytes
+from calc.types import TrainingConfig
+from calc.xla.targets import target_for
+out = {}
+for lora in (4, 0):
+    spec = make_hub_spec("qwen2.5_0.5b_en", 128, lora)
+    model = HubPlanModel(spec, TrainingConfig(batch_size=2, num_gpus=1, model_parallel=2, device="gpu"))
+    state = model._state_on(model._mesh(target_for("l4").config_text()))
+    out[lora] = {"whole": sum(model.group_bytes), "per_device": sum(_device_bytes(g) for g in state)}
+print(json.dumps(out))
+'''
+
+
+@needs_plan
+@pytest.mark.keras
+def test_a_model_axis_of_two_halves_what_the_layout_map_shards_by_hand():
+    """Qwen 2.5 0.5B on a 1x2 mesh: each device holds half of every kernel the layout map names, all the rest
+    whole. With LoRA only the frozen bfloat16 kernels are sharded (the adapters and their slots are replicated);
+    trained whole with Adam, each kernel's two bfloat16 slots are sharded as their kernel is."""
+    assert hub_models()["qwen2.5_0.5b_en"].backbone["num_layers"] == QWEN["layers"]
+    answer = in_a_plan_child(PER_DEVICE)
+    halved = 2 * _qwen_kernels() // 2  # bfloat16 bytes, half of them on the other device
+    assert answer["4"]["whole"] - answer["4"]["per_device"] == halved
+    assert answer["0"]["whole"] - answer["0"]["per_device"] == 3 * halved
+
+
+TINY = {"Gemma": dict(vocabulary_size=1000, num_layers=2, num_query_heads=4, num_key_value_heads=1, hidden_dim=64,
+                      intermediate_dim=128, head_dim=16),
+        "Qwen": dict(vocabulary_size=1000, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=64,
+                     intermediate_dim=128, tie_word_embeddings=True)}
+QUANTIZED_LIKE_KERAS = '''
+import json, keras, keras_hub
+from calc.hub import HubModel
+from calc.keras.hub import deferred_backbone
+FIGURES = %r
+out = {}
+for family, figures in FIGURES.items():
+    for mode in ("int8", "int4", "float8"):
+        keras.backend.clear_session()
+        keras.config.set_dtype_policy("bfloat16")
+        real = getattr(keras_hub.models, family + "Backbone")(**figures)  # real weights, quantized by Keras
+        real.quantize(mode)
+        real.enable_lora(4)
+        ours = deferred_backbone(HubModel("tiny", family, "causal_lm", 0, "", figures), 4, quantize=mode)
+        seen = [sorted((v.path, list(v.shape), str(v.dtype), v.trainable) for v in m.weights) for m in (real, ours)]
+        out[family + " " + mode] = {"same": seen[0] == seen[1],
+                                    "int": sum(1 for v in seen[1] if v[2] == "int8" and v[0].endswith(("/kernel",
+                                                                                                      "/embeddings")))}
+print(json.dumps(out))
+'''
+
+
+@needs_plan
+@pytest.mark.keras
+def test_a_model_built_without_weights_holds_the_variables_keras_quantize_leaves():
+    """For small Gemma and Qwen backbones, every variable (path, shape, dtype, whether it trains) of the model
+    built under the quantized policies equals what Keras's own ``quantize`` makes from real weights, then LoRA."""
+    answer = in_a_plan_child(QUANTIZED_LIKE_KERAS % (TINY,))
+    assert all(v["same"] for v in answer.values()), answer
+    # int8 and int4 store integer kernels (an embedding and 7 kernels in each of 2 layers); float8 keeps them.
+    assert {k: v["int"] for k, v in answer.items() if "float8" in k} == {"Gemma float8": 0, "Qwen float8": 0}
+    assert all(answer[f"{f} {m}"]["int"] == 1 + 2 * 7 for f in TINY for m in ("int8", "int4"))
+
+
+QUANTIZED_BYTES = '''
+import json
+from calc.hub import make_hub_spec
+from calc.keras.hub import HubPlanModel
+from calc.keras.plan import _nbytes
+from calc.types import TrainingConfig
+model = HubPlanModel(make_hub_spec("qwen2.5_0.5b_en", 128, 4, quantize="int8"), TrainingConfig(device="gpu"))
+kinds = {k: sum(_nbytes([model._state[g][i]]) for (g, i), kind in model.state_kinds.items() if kind == k)
+         for k in ("quantized", "scales")}
+print(json.dumps(kinds))
+'''
+
+
+@needs_plan
+@pytest.mark.keras
+def test_int8_keeps_a_byte_a_kernel_weight_and_a_scale_an_output_by_hand():
+    """Qwen 2.5 0.5B quantized to int8: the embedding and every attention and feed-forward kernel in one byte a
+    weight; a scale for each output they make (each embedding row; each query and key-value head's channel; each
+    hidden channel out of attention and the output projection; each feed-forward unit), in the policy's variable
+    dtype (``add_weight`` without a dtype): two bytes under bfloat16."""
+    q = QWEN
+    answer = in_a_plan_child(QUANTIZED_BYTES)
+    assert answer["quantized"] == _qwen_kernels()
+    scales = q["vocab"] + q["layers"] * ((q["heads"] + 2 * q["kv"]) * q["head"] + 2 * q["hidden"] + 2 * q["ffw"])
+    assert answer["scales"] == 2 * scales
+
+
+def test_a_quantized_plan_splits_its_weights_and_sums_to_its_peak():
+    from calc.xla.plan import plan_from_analysis
+
+    raw = {"argument_bytes": 1000, "output_bytes": 300, "alias_bytes": 290, "temp_bytes": 500, "trainable_bytes": 40,
+           "non_trainable_bytes": 600, "optimizer_bytes": 80, "metrics_bytes": 0, "batch_bytes": 10,
+           "quantized_bytes": 450, "scale_bytes": 30}
+    plan = plan_from_analysis(raw, "l4")
+    parts = plan.components()
+    assert (parts["quantized_weights"], parts["quantization_scales"], parts["weights"]) == (450, 30, 40 + 600 - 480)
+    assert plan.peak_bytes == sum(parts.values()) == 1000 + 500 + 300 - 290
+    assert "quantized_weights" not in plan_from_analysis({**raw, "quantized_bytes": 0, "scale_bytes": 0},
+                                                         "l4").components()
+
+
+DATA_PARALLEL = '''
+import json
+from calc.catalogue import make_spec
+from calc.keras.plan import plan_in_process
+from calc.types import TrainingConfig
+from calc.xla.targets import target_for
+out = {}
+for replicas in (1, 2):
+    config = TrainingConfig(batch_size=4 * replicas, num_gpus=replicas, device="gpu")
+    out[replicas] = plan_in_process(make_spec("MobileNetV2", 96), config, target_for("l4").config_text())
+print(json.dumps(out))
+'''
+
+
+@needs_plan
+@pytest.mark.keras
+def test_a_data_parallel_mesh_plans_what_one_card_plans_at_its_batch_but_the_gradients_exchange():
+    """MobileNetV2 at 96 px, 4 images a card: on a 2x1 mesh each card holds the whole state and its half of the
+    global batch, as one card at batch 4 does; XLA's partitioned step differs from the one-card step only by
+    what the gradients' all-reduce adds or saves, at most a copy of the gradients."""
+    answer = in_a_plan_child(DATA_PARALLEL)
+    one, mesh = answer["1"], answer["2"]
+    assert mesh["mesh"] == {"data": 2, "model": 1, "hosts": 1} and "mesh" not in one
+    for part in ("argument_bytes", "batch_bytes", "trainable_bytes", "non_trainable_bytes", "optimizer_bytes"):
+        assert mesh[part] == one[part], part
+    assert abs(mesh["temp_bytes"] - one["temp_bytes"]) <= one["trainable_bytes"]
+
+
+@needs_plan
+@pytest.mark.keras
+def test_the_command_line_plans_one_card_of_a_model_parallel_mesh(tmp_path, monkeypatch, capsys):
+    """``estimate --mesh 1x2`` on Qwen 2.5 0.5B with LoRA 4 in float32: the JSON's peak and parts are one card's,
+    beside the mesh; its weights are the whole model's (the frozen rest, LoRA's factors and the trained biases)
+    less the half of every sharded kernel the other card holds. In bfloat16 on an L4 Keras takes cuDNN's flash
+    attention, whose partitioner refuses Qwen's query and key-value heads split unevenly: that is said in one line."""
+    from calc.cli.main import main
+    from calc.hub import lora_trainable_bytes
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["estimate", "--model", "qwen2.5_0.5b_en", "--lora-rank", "4", "--seq-len", "128", "--batch-size", "2",
+            "--mesh", "1x2", "--gpu", "l4", "--json"]
+    assert main(argv) == 2
+    assert "cuDNN's flash attention" in capsys.readouterr().err
+    assert main([*argv, "--dtype", "float32"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mesh"] == {"data": 1, "model": 2, "hosts": 1, "devices": 2, "layout": "the preset's layout map",
+                           "per_device_batch": 2, "peak_is_per_device": True}
+    spec = make_hub_spec("qwen2.5_0.5b_en", 128, 4, "float32")
+    biases = QWEN["layers"] * (QWEN["heads"] + QWEN["kv"]) * QWEN["head"]  # the query's and value's, trained
+    whole = 4 * (spec.model.params - biases) + lora_trainable_bytes(spec)
+    assert out["components"]["weights"] == whole - 4 * _qwen_kernels() // 2
+    assert sum(out["components"].values()) == out["peak_bytes"]
