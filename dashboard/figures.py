@@ -31,6 +31,8 @@ COLORS = {
     "xla_packing": "#BAB0AC",
     "step_outputs": "#B279A2",
     "outside_step": "#BAB0AC",
+    "quantized_weights": "#1F4E79",
+    "quantization_scales": "#A0CBE8",
 }
 LABELS = {
     "weights": mark("Weights"),
@@ -54,6 +56,8 @@ LABELS = {
     "xla_packing": mark("XLA heap packing"),
     "step_outputs": mark("Step outputs"),
     "outside_step": mark("Outside the step"),
+    "quantized_weights": mark("Quantized frozen weights"),
+    "quantization_scales": mark("Quantization scales"),
 }
 PLAN_COLOR = "#F58518"
 # Lines, arrows and reference marks: a mid grey reads on Streamlit's light and dark themes

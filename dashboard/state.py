@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from calc.catalogue import CATALOGUE, MAX_IMAGE_SIDE, lookup
 from calc.gpus import GPU_PRESETS
-from calc.hub import DTYPES, MAX_CLASSES, MAX_LORA_RANK, MAX_SEQUENCE, hub_models
-from calc.types import Device, Optimizer, Precision, TrainMode
+from calc.hub import DTYPES, MAX_CLASSES, MAX_LORA_RANK, MAX_SEQUENCE, QUANTIZE_MODES, hub_models
+from calc.types import MAX_DEVICES_PER_HOST, MAX_HOSTS, Device, Optimizer, Precision, TrainMode
 from calc.xla import REMAT_MODES
 from dashboard.i18n import LANGUAGES, tr
 from dashboard.plain import plain
@@ -57,6 +57,9 @@ class Inputs:
     hub_dtype: str = "auto"  # the dtype policy a KerasHub model is built under ("auto": its task's default)
     hub_classes: int = 2  # a KerasHub classifier's new head
     hub_frozen: bool = False  # a KerasHub classifier's backbone frozen: the new head alone trains
+    model_parallel: int = 1  # a KerasHub model's mesh: cards sharing its weights by the preset's layout map
+    hosts: int = 1  # the hosts the mesh's cards sit on
+    quantize: str = "none"  # a KerasHub model quantized before LoRA (calc.hub.QUANTIZE_MODES)
 
     def to_query(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
@@ -75,6 +78,7 @@ HUB_DTYPES = ["auto", *DTYPES]
 MODELS = list(CATALOGUE)
 STEPS = ["xla", "graph"]
 REMATS = ["none", *REMAT_MODES]
+QUANTIZE = ["none", *QUANTIZE_MODES]
 
 
 def _int(name: str, text: str, low: int, high: int) -> int:
@@ -141,6 +145,9 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
         "hub_dtype": lambda t: _choice("hub_dtype", t, HUB_DTYPES),
         "hub_classes": lambda t: _int("hub_classes", t, 1, MAX_CLASSES),
         "hub_frozen": lambda t: _bool("hub_frozen", t),
+        "model_parallel": lambda t: _int("model_parallel", t, 1, MAX_DEVICES_PER_HOST),
+        "hosts": lambda t: _int("hosts", t, 1, MAX_HOSTS),
+        "quantize": lambda t: _choice("quantize", t, QUANTIZE),
     }
     for key, raw in params.items():
         if key not in parsers:
@@ -156,6 +163,10 @@ def parse_query_by_key(params: dict[str, str]) -> tuple[Inputs, list[tuple[str, 
         warnings.append(("num_gpus", tr("batch_size {batch_size} is not divisible by num_gpus {num_gpus}: using 1 GPU.",
                                         batch_size=inputs.batch_size, num_gpus=inputs.num_gpus)))
         inputs = replace(inputs, num_gpus=1)
+    if (inputs.num_gpus * inputs.model_parallel) % inputs.hosts:
+        warnings.append(("hosts", tr("{cards} cards do not split evenly over {hosts} hosts: using one host.",
+                                     cards=inputs.num_gpus * inputs.model_parallel, hosts=inputs.hosts)))
+        inputs = replace(inputs, hosts=1)
     return inputs, warnings
 
 

@@ -48,6 +48,8 @@ def config_of(inputs: Inputs) -> TrainingConfig:
         train_mode=mode,
         last_n_layers=inputs.last_n if inputs.train_mode == "last_n" and not hub else 0,
         num_gpus=inputs.num_gpus,
+        model_parallel=inputs.model_parallel if hub else 1,  # a catalogue model has no layout map to shard by
+        hosts=inputs.hosts if (inputs.num_gpus * (inputs.model_parallel if hub else 1)) % inputs.hosts == 0 else 1,
         device="gpu" if hub else inputs.device,
     )
 
@@ -362,7 +364,7 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
                   kept=tr(" + {kept} kept free for what the card adds to XLA's plan", kept=fmt(kept, inputs))
                   if kept else "",
                   needed=fmt(view.needed_bytes, inputs), usable=fmt(view.usable_bytes, inputs),
-                  margin=f"{margin:g}", gpus=inputs.num_gpus, per=config_of(inputs).per_replica_batch)
+                  margin=f"{margin:g}", gpus=config_of(inputs).devices, per=config_of(inputs).per_replica_batch)
     if isinstance(view, ShownStep) and not view.final and view.bound_by_walk and view.decided_by is not None:
         low, high, cases = walk_to_xla_range()
         if view.fits:
@@ -388,7 +390,7 @@ def verdict(view: EstimateView | ShownStep, inputs: Inputs) -> str:
                   "{needed} needed ({peak} + {overhead} framework overhead) of {usable} usable: XLA's step was a "
                   "median {median:.0%} away from the walk on measured steps, so no verdict until the plan is "
                   "compiled.", median=walk_xla_median(), **values)
-    if inputs.num_gpus > 1:
+    if config_of(inputs).devices > 1:
         if view.fits:
             return tr("Fits: each of the {gpus} GPUs (batch {per} each) needs the peak {peak} + {overhead} framework "
                       "overhead (CUDA context, libraries){kept} = {needed}, of {usable} usable after the {margin}% "
@@ -416,9 +418,20 @@ def walk_xla_median() -> float:
 
 
 def per_gpu_caption(inputs: Inputs) -> str:
-    return tr("Data parallel on {gpus} GPUs: the peak, the chart's bars and the verdict are one GPU's (batch {per}); "
-              "the batch sizes, the curve's x axis and the largest batch are global.", gpus=inputs.num_gpus,
-              per=config_of(inputs).per_replica_batch)
+    """What the page's numbers are of on several cards ("" on one)."""
+    config = config_of(inputs)
+    if config.model_parallel > 1:
+        return tr("A {mesh} mesh of {gpus} GPUs on {hosts} host(s): {data} replica(s) of the batch, each over {model} "
+                  "cards that share the weights by the preset's layout map (keras.distribution.ModelParallel). XLA's "
+                  "SPMD partitioner planned one card's program: the peak, the chart's bars and the verdict are one "
+                  "card's (batch {per} on each replica); the batch sizes, the curve's x axis and the largest batch are "
+                  "global.", mesh=config.mesh, gpus=config.devices, hosts=config.hosts, data=config.num_gpus,
+                  model=config.model_parallel, per=config.per_replica_batch)
+    if config.devices > 1:
+        return tr("Data parallel on {gpus} GPUs: the peak, the chart's bars and the verdict are one GPU's (batch {per}); "
+                  "the batch sizes, the curve's x axis and the largest batch are global.", gpus=config.devices,
+                  per=config.per_replica_batch)
+    return ""
 
 
 def breakdown_table(shown: ShownStep) -> list[dict[str, object]]:

@@ -8,6 +8,7 @@ from calc.catalogue import lookup
 from calc.gpus import GPU_PRESETS, GpuPreset, custom_gpu
 from calc.facts.optimizers import applicable_options
 from calc.hub import MAX_CLASSES, MAX_LORA_RANK, hub_models, lora_applies
+from calc.types import MAX_DEVICES_PER_HOST, MAX_HOSTS
 from dashboard.i18n import LANGUAGES, mark, tr
 from dashboard.state import (
     DEVICES,
@@ -18,6 +19,7 @@ from dashboard.state import (
     MAX_BATCH,
     MODELS,
     OPTIMIZERS,
+    QUANTIZE,
     PRECISIONS,
     REMATS,
     SOURCES,
@@ -104,6 +106,12 @@ def sidebar_inputs() -> Inputs:
     if st.session_state["gpu"] == "custom":
         sb.number_input(tr("GPU memory (GiB)"), min_value=0.25, max_value=4096.0, step=1.0, key="gpu_memory_gib")
     sb.number_input(tr("GPUs (data parallel)"), min_value=1, max_value=1024, key="num_gpus")
+    if st.session_state["source"] == "hub":  # the preset's layout map shards its weights; an application has none
+        sb.number_input(tr("Cards sharing the weights (model parallel)"), min_value=1, max_value=MAX_DEVICES_PER_HOST,
+                        key="model_parallel", help=tr("keras.distribution.ModelParallel with the preset's own layout "
+                                                      "map: a mesh of (GPUs) x (these cards); XLA plans one card"))
+        sb.number_input(tr("Hosts"), min_value=1, max_value=MAX_HOSTS, key="hosts",
+                        help=tr("the machines the mesh's cards sit on, as many on each"))
     sb.slider(tr("Safety margin (%)"), 0, 90, key="margin")
     sb.radio(tr("Unit"), UNITS, horizontal=True, key="unit",
              help=tr("GiB = 1024³ bytes (what nvidia-smi's MiB add up to); GB = 10⁹ bytes"))
@@ -136,6 +144,10 @@ def _hub_inputs(sb) -> None:
     auto = tr("default: {dtype}", dtype="bfloat16" if model.task == "causal_lm" else "float32")
     sb.selectbox(tr("Dtype policy"), HUB_DTYPES, key="hub_dtype", format_func=lambda d: auto if d == "auto" else d,
                  help=tr(HUB_DTYPE_LABELS["auto"]))
+    sb.selectbox(tr("Quantize the frozen weights"), QUANTIZE, key="quantize",
+                 format_func=lambda q: tr("not quantized") if q == "none" else q,
+                 help=tr("model.quantize(mode) before LoRA: int8 and int4 keep the frozen kernels in 8 or 4 bits "
+                         "with scales beside them; float8 trains the matrix products in 8-bit floats"))
 
 
 def _step_inputs(sb, labels: dict[str, dict[str, str]]) -> None:

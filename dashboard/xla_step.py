@@ -124,7 +124,8 @@ def hub_spec_of(inputs: Inputs) -> HubSpec:
     model = hub_models()[inputs.hub]
     rank = inputs.lora_rank if lora_applies(model, inputs.hub_frozen) else 0  # else the sidebar shows no LoRA
     return make_hub_spec(inputs.hub, inputs.seq_len if model.text else None, rank,
-                         None if inputs.hub_dtype == "auto" else inputs.hub_dtype, inputs.hub_classes)
+                         None if inputs.hub_dtype == "auto" else inputs.hub_dtype, inputs.hub_classes,
+                         "" if inputs.quantize == "none" else inputs.quantize)
 
 
 def not_applicable(inputs: Inputs) -> str | None:

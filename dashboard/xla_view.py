@@ -242,6 +242,9 @@ def xla_terms(plan: XlaPlan, walk_activations_bytes: int | None, inputs: Inputs)
         "weights": (r"W", tr("weights"), tr("the model's variables, an argument of the compiled step")),
         "optimizer_state": (r"O", tr("optimizer state"), tr("the optimizer's variables, an argument too")),
         "input_batch": (r"X", tr("input batch"), tr("the images and labels of one step")),
+        "quantized_weights": (r"W_q", tr("quantized frozen weights"), tr(
+            "the frozen kernels in 8 or 4 bits, as model.quantize leaves them")),
+        "quantization_scales": (r"S_q", tr("quantization scales"), tr("the scales (and int4's zero points) beside them, in the policy's dtype")),
         "activations": (r"A_{XLA}", tr("activations"), tr(
             "the forward values live when XLA's temporaries peak ({when}); the walk keeps {walk} of activations at "
             "its own peak: XLA fuses operations, so some layers' outputs are never stored, and frees each value as "
@@ -491,6 +494,10 @@ def compare_table(rows: list[dict[str, object]], gpus: list[GpuPreset], inputs: 
     return out
 
 
+QUANTIZED_BITS = {"int8": mark("8-bit integers"), "int4": mark("4-bit integers packed two to a byte"),
+                  "float8": mark("their own dtype, the products in 8-bit floats")}
+
+
 def hub_line(spec: HubSpec, inputs: Inputs) -> str:
     """What a KerasHub model's step is, with its numbers: the preset, the sequence, what trains."""
     model = spec.model
@@ -515,6 +522,10 @@ def hub_line(spec: HubSpec, inputs: Inputs) -> str:
         trains = tr("{trains}; a new head of {classes} classes alone trains", trains=trains, classes=spec.classes)
     elif model.task != "causal_lm":
         trains = tr("{trains}; a new head of {classes} classes trains too", trains=trains, classes=spec.classes)
+    if spec.quantize:
+        trains = tr("{trains}; the backbone quantized first as model.quantize(\"{mode}\") quantizes it (its frozen "
+                    "kernels in {bits} with their scales, shown apart in the bar)", trains=trains, mode=spec.quantize,
+                    bits=tr(QUANTIZED_BITS[spec.quantize]))
     return tr("{preset}: {params:,} parameters ({family}); {shape}; {trains}. The step is Keras's on the JAX backend "
               "(jit_compile=True), planned by XLA for the card from the model's figures, without its weights.",
               preset=spec.preset, params=model.params, family=model.family, shape=shape, trains=trains)

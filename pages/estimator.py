@@ -43,8 +43,8 @@ c2.metric(f"{gpu.name}", views.fmt(shown.capacity_bytes, inputs))
 c3.metric(shown.max_batch_label, views.max_batch_value(shown))
 verdict = st.info if not shown.final and shown.decided_by is None else st.success if shown.fits else st.error
 verdict(views.verdict(shown, inputs))
-if inputs.num_gpus > 1:
-    st.caption(views.per_gpu_caption(inputs))
+if caption := views.per_gpu_caption(inputs):
+    st.caption(caption)
 show_xla_notes(xla)
 if (remat := views.remat_line(shown, inputs)) is not None:
     st.caption(remat)

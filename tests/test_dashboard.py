@@ -1384,6 +1384,48 @@ def test_a_kerashub_link_shows_xla_s_plan_with_what_trains_and_what_stays_frozen
         assert any(c.value.startswith(start) for c in there.caption) and len(bar_chart(there)["data"]) == len(bars)
 
 
+def test_a_kerashub_mesh_link_shows_one_cards_plan_and_says_what_the_mesh_is():
+    """``model_parallel=2&num_gpus=2``: a 2x2 mesh of four L4s. The plan is one card's (as the worker's SPMD plan
+    says it), the verdict is each card's, and the caption names the mesh and what its axes do."""
+    from dashboard.views import fmt
+
+    mesh = {"model_parallel": "2", "num_gpus": "2", "batch_size": "2"}
+    plan = put_hub_plan(hub_analysis(1), **mesh)
+    at = app({**HUB, **mesh})
+    assert metric(at, "Planned peak (XLA)") == fmt(plan.peak_bytes, Inputs())
+    assert any(c.value.startswith("A 2x2 mesh of 4 GPUs on 1 host(s): 2 replica(s) of the batch, each over 2 cards "
+                                  "that share the weights by the preset's layout map") for c in at.caption)
+    assert any("each of the 4 GPUs (batch 1 each)" in v.value for v in [*at.success, *at.error])
+    # A catalogue model has no layout map: its mesh is data parallel, whatever the link says.
+    assert views_config({**SMALL, **mesh}).model_parallel == 1
+
+
+def test_a_quantized_kerashub_plan_shows_its_kernels_and_scales_apart():
+    """int8: the bar splits the frozen weights into the 8-bit kernels and their scales, as the plan says, and the
+    caption says the backbone was quantized as Keras quantizes it."""
+    from dashboard.figures import LABELS
+
+    raw = {**hub_analysis(1), "quantized_bytes": 2_600_000_000, "scale_bytes": 1_900_000}
+    raw["non_trainable_bytes"] = 2_600_000_000 + 1_900_000 + 5_000_000
+    plan = put_hub_plan(raw, quantize="int8")
+    at = app({**HUB, "quantize": "int8"})
+    bars = {t["name"]: t["y"][0] for t in bar_chart(at)["data"]}
+    assert bars[LABELS["quantized_weights"]] == pytest.approx(2_600_000_000 / GIB)
+    assert bars[LABELS["quantization_scales"]] == pytest.approx(1_900_000 / GIB)
+    assert bars[LABELS["frozen_weights"]] == pytest.approx(5_000_000 / GIB)
+    assert bars[LABELS["trainable_weights"]] == pytest.approx(4 * HUB_LORA / GIB)
+    assert sum(bars.values()) == pytest.approx((plan.peak_bytes + GPU_PRESETS["l4"].overhead_bytes + HUB_KEPT) / GIB)
+    assert any('quantized first as model.quantize("int8") quantizes it (its frozen kernels in 8-bit integers'
+               in c.value for c in at.caption)
+
+
+def views_config(params):
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+
+    return config_of(parse_query(params)[0])
+
+
 def test_a_kerashub_link_with_no_plan_known_shows_no_number_and_says_why():
     at = app(HUB)
     assert not at.exception and not at.metric

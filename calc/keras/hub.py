@@ -204,21 +204,22 @@ SCALE_NAMES = ("scale", "zero", "amax_history")  # the variables quantization ad
 
 
 def _quantized_kinds(task: Any, groups: tuple[Any, ...]) -> dict[tuple[int, int], str]:
-    """Of the state, what quantization made: the quantized kernels (8-bit variables; int4's packed two to a
-    byte) and their scales and zero points (``SCALE_NAMES``, in the policy's variable dtype), of a layer whose
+    """Of the frozen state, what quantization made: the quantized kernels (8-bit variables; int4's packed two to
+    a byte) and their scales and zero points (``SCALE_NAMES``, in the policy's variable dtype), of a layer whose
     policy quantizes, by (group, index)."""
     quantized = {layer.path for layer in task._flatten_layers(include_self=False, recursive=True)
                  if getattr(layer, "quantization_mode", None)}
     kinds = {}
-    for g, group in enumerate(groups):
-        for i, v in enumerate(group):
-            layer, _, name = v.path.rpartition("/")
-            if layer.split("/", 1)[-1] not in quantized and layer not in quantized:
-                continue
-            if any(s in name for s in SCALE_NAMES):  # an int4 kernel's zero points are int8 too
-                kinds[(g, i)] = "scales"
-            elif str(v.dtype) in ("int8", "uint8") or str(v.dtype).startswith("float8"):
-                kinds[(g, i)] = "quantized"
+    # The frozen variables (group 1) alone: float8's scales and histories train (Keras overwrites them with their
+    # "gradient") and its kernels keep the policy's dtype, so float8 splits nothing off.
+    for i, v in enumerate(groups[1]):
+        layer, _, name = v.path.rpartition("/")
+        if layer.split("/", 1)[-1] not in quantized and layer not in quantized:
+            continue
+        if any(s in name for s in SCALE_NAMES):  # an int4 kernel's zero points are int8 too
+            kinds[(1, i)] = "scales"
+        elif str(v.dtype) in ("int8", "uint8"):
+            kinds[(1, i)] = "quantized"
     return kinds
 
 
