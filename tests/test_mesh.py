@@ -238,3 +238,29 @@ def test_the_command_line_plans_one_card_of_a_model_parallel_mesh(tmp_path, monk
     whole = 4 * (spec.model.params - biases) + lora_trainable_bytes(spec)
     assert out["components"]["weights"] == whole - 4 * _qwen_kernels() // 2
     assert sum(out["components"].values()) == out["peak_bytes"]
+
+
+def _sharded_answer(request):
+    """A child's answer for a 9 GB model whose weights the model axis divides, and 1 GB of temporaries."""
+    axis = int(request["config"].get("model_parallel", 1))
+    if axis == 8:
+        raise xla.PlanError("XLA could not split this step over the mesh")
+    weights = 9 * 10**9 // axis
+    return {"argument_bytes": weights, "output_bytes": weights, "alias_bytes": weights, "temp_bytes": 10**9,
+            "trainable_bytes": 0, "non_trainable_bytes": weights, "optimizer_bytes": 0, "metrics_bytes": 0,
+            "batch_bytes": 0}
+
+
+@needs_plan
+def test_the_fewest_cards_double_the_model_axis_until_one_card_fits(tmp_path, monkeypatch):
+    """One card needs 10 GB, two 5.5, four 3.25 (the weights halve, the temporaries stay): with 4 GB a card the
+    answer is four; with 3 GB the search meets the partitioner's refusal at eight and says so."""
+    from calc.xla.search import fewest_cards
+
+    monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path))
+    spec, config = make_hub_spec("gemma2_9b_en", 512, 4), TrainingConfig(batch_size=4, device="gpu")
+    found = fewest_cards(spec, config, "l4", 4 * 10**9, 0, runner=_sharded_answer)
+    assert found.model_parallel == 4 and found.stopped == ""
+    assert found.tried == ((1, 10 * 10**9), (2, 55 * 10**8), (4, 325 * 10**7))
+    refused = fewest_cards(spec, config, "l4", 3 * 10**9, 0, runner=_sharded_answer)
+    assert refused.model_parallel is None and "split this step" in refused.stopped and len(refused.tried) == 3

@@ -352,6 +352,41 @@ def explained_lines(plan) -> list[str]:
     return lines
 
 
+def cmd_fewest_cards(args: argparse.Namespace) -> int:
+    """The fewest cards of a preset that train a KerasHub setup at its batch: the model axis doubled until one card's
+    plan fits (the preset's layout map shards the weights), each plan read or compiled."""
+    from calc.xla.budget import step_budget
+    from calc.xla.search import MODEL_AXES, fewest_cards
+
+    if not is_hub(args):
+        raise ValueError("fewest-cards takes a KerasHub model: a Keras application has no layout map to shard by.")
+    spec, config, gpu = _hub_setup(args)
+    if config.model_parallel != 1:
+        raise ValueError("fewest-cards chooses the model axis itself: give the data-parallel replicas alone "
+                         "(--gpus N or --mesh Nx1).")
+    budget = step_budget(gpu, args.margin, spec, "")
+    kept = budget.kept_at(config.per_replica_batch)
+    found = fewest_cards(spec, config, gpu.key, budget.plan_bytes, kept, remat="" if args.remat == "none" else args.remat)
+    cards = None if found.model_parallel is None else config.num_gpus * found.model_parallel
+    out = {"model": spec.key, "step": "xla", "gpu": gpu.key, "batch_size": config.batch_size,
+           "data_parallel": config.num_gpus, "model_parallel": found.model_parallel, "cards": cards,
+           "margin": budget.margin, "budget_bytes": budget.plan_bytes, "kept_free_bytes": kept,
+           "tried": [{"mesh": f"{config.num_gpus}x{m}", "needed_bytes": n, "fits": n <= budget.plan_bytes}
+                     for m, n in found.tried], "stopped": found.stopped or None}
+    tried = "; ".join(f"{config.num_gpus}x{m} needs {n / GIB:.2f} GiB a card" for m, n in found.tried)
+    if cards is not None:
+        head = f"fewest cards: {cards} ({config.num_gpus}x{found.model_parallel} mesh)"
+    elif found.stopped:
+        head = f"no mesh found: {found.stopped}"
+    else:
+        head = f"even {config.num_gpus}x{MODEL_AXES[-1]} does not fit"
+    print_out(out, args.json, [
+        f"{spec.key} on {gpu.name} (margin {budget.margin:.1%}), batch {config.batch_size}, XLA's plan of one card: "
+        f"{head}; {budget.plan_bytes / GIB:.2f} GiB for a card's plan and what is kept free beside it"
+        + (f" ({tried})" if tried else "")])
+    return 0
+
+
 def cmd_max_seq(args: argparse.Namespace) -> int:
     """The longest sequence a KerasHub text model trains at the batch given, by XLA's plans."""
     from calc.xla import PlanError

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from calc.catalogue import CATALOGUE, ModelFile, ModelSpec
 from calc.gpus import GPU_PRESETS
-from calc.cli.estimate import cmd_estimate, cmd_max_batch, cmd_max_seq
+from calc.cli.estimate import cmd_estimate, cmd_fewest_cards, cmd_max_batch, cmd_max_seq
 from calc.cli.options import (GIB, LOCAL_FILE_LIMIT, Parser, UsageError, add_gpu_options, add_model_options,
                               config_from_args, positive, read_file, seconds,
                               print_out, spec_and_config)
@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(p)
     add_gpu_options(p)
     p.set_defaults(func=cmd_max_seq)
+    p = sub.add_parser("fewest-cards", help="fewest cards of a GPU preset that train a KerasHub setup, by XLA's "
+                                            "plans of a model-parallel mesh")
+    add_model_options(p)
+    add_gpu_options(p)
+    p.set_defaults(func=cmd_fewest_cards)
     p = sub.add_parser("models", help="the Keras applications catalogue (--hub: the KerasHub presets)")
     p.add_argument("--hub", action="store_true", help="the KerasHub presets, planned by XLA (--model PRESET)")
     p.add_argument("--json", action="store_true")

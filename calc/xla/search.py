@@ -186,3 +186,37 @@ def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usabl
                                                   **kwargs).peak_bytes + kept_at_length(spec, config.per_replica_batch,
                                                                                         n),
                            usable_bytes, spec.sequence_length, spec.model.sequence_limit)
+
+
+MODEL_AXES = (1, 2, 4, 8)  # the model axes the fewest-cards search tries: the cards of one host, halved down
+
+
+@dataclass(frozen=True)
+class FewestCards:
+    """The smallest model axis whose mesh's card fits, at the setup's batch and data-parallel replicas."""
+
+    model_parallel: int | None  # None: none of the axes tried fits
+    tried: tuple[tuple[int, int], ...]  # (model axis, needed bytes of one card) of each axis planned, in order
+    stopped: str = ""  # why the search stopped before an axis that fits (XLA's or Keras's refusal), or ""
+
+
+def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_bytes: int, kept_bytes: int,
+                 **kwargs: Any) -> FewestCards:
+    """The fewest cards of ``gpu_key`` that train ``config`` (its batch, its data-parallel replicas): the model axis
+    doubled from one card until one card's plan and ``kept_bytes`` beside it fit ``budget_bytes``. A setup the
+    preset's layout map cannot shard (no map; a refusal of XLA's partitioner) stops with the refusal."""
+    from calc.types import MAX_DEVICES_PER_HOST
+    from calc.xla.plan import PlanError
+
+    tried: list[tuple[int, int]] = []
+    for axis in MODEL_AXES:
+        devices = config.num_gpus * axis
+        mesh = replace(config, model_parallel=axis, hosts=max(1, -(-devices // MAX_DEVICES_PER_HOST)))
+        try:
+            needed = compute_plan(spec, mesh, gpu_key, **kwargs).peak_bytes + kept_bytes
+        except PlanError as exc:
+            return FewestCards(None, tuple(tried), str(exc))
+        tried.append((axis, needed))
+        if needed <= budget_bytes:
+            return FewestCards(axis, tuple(tried))
+    return FewestCards(None, tuple(tried))
