@@ -193,6 +193,8 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset, build: M
     wants += curve_wants(setup, answer, start=max(1, (view.max_batch or inputs.batch_size) // inputs.num_gpus))
     if isinstance(setup.spec, HubSpec) and setup.spec.model.text and answer.plan is not None:
         wants.append(Want.of(setup, Kind.SEQUENCE, batch=per_device, budget_bytes=answer.budget.plan_bytes))
+    if isinstance(setup.spec, HubSpec) and (line := fewest_cards_line(setup.spec, answer, inputs, gpu)) is not None:
+        state.notes.append(("caption", line))
     if setup.remat:
         base = setup_of(inputs, remat="")
         state.base_plan = base.known().plans.get(per_device)
@@ -209,6 +211,23 @@ def xla_state(inputs: Inputs, view: views.EstimateView, gpu: GpuPreset, build: M
                                "plans already compiled here.", env=COMPILES_ENV)))
         wants = []
     return asked(state, builds + wants)
+
+
+def fewest_cards_line(spec: HubSpec, answer: XlaAnswer, inputs: Inputs, gpu: GpuPreset) -> str | None:
+    """The fewest cards of this preset that train the setup at its batch, from the plans compiled for a model axis
+    of 1, 2, 4 and 8 cards (``calc.xla.search.known_fewest_cards``); None where they do not tell it yet."""
+    from calc.xla.search import known_fewest_cards
+
+    config = views.config_of(inputs)
+    found = known_fewest_cards(spec, config, inputs.gpu, answer.budget.plan_bytes,
+                               answer.budget.kept_at(config.per_replica_batch))
+    if found is None or found.model_parallel is None:
+        return None
+    axis, needed = found.tried[-1]
+    return tr("Fewest {card} that train this at batch {batch}: {cards} (a {data}x{axis} mesh, {needed} a card with "
+              "the bytes kept free), from XLA's plans compiled for {tried} card(s) sharing the weights.",
+              card=gpu.name, batch=inputs.batch_size, cards=config.num_gpus * axis, data=config.num_gpus, axis=axis,
+              needed=views.fmt(needed, inputs), tried=", ".join(str(a) for a, _ in found.tried))
 
 
 def asked(state: XlaState, wants: list[Want]) -> XlaState:

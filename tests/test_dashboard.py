@@ -1419,6 +1419,22 @@ def test_a_quantized_kerashub_plan_shows_its_kernels_and_scales_apart():
                in c.value for c in at.caption)
 
 
+def test_the_estimator_names_the_fewest_cards_the_compiled_plans_say_fit():
+    """Plans compiled for one card (30 GB a card: too much for an L4) and for a 1x2 mesh (fits): the Estimator says
+    two L4s are the fewest, with one card's bytes on the mesh; with the 1x2 plan unknown it says nothing."""
+    from dashboard.views import fmt
+
+    one = {**hub_analysis(1), "temp_bytes": 30 * 10**9}
+    put_hub_plan(one)
+    assert not any(c.value.startswith("Fewest") for c in app(HUB).caption)
+    two = put_hub_plan(hub_analysis(1), model_parallel="2")
+    at = app(HUB)
+    kept = HUB_KEPT
+    assert any(c.value.startswith(f"Fewest L4 24 GB that train this at batch 1: 2 (a 1x2 mesh, "
+                                  f"{fmt(two.peak_bytes + kept, Inputs())} a card with the bytes kept free), from "
+                                  "XLA's plans compiled for 1, 2 card(s)") for c in at.caption)
+
+
 def views_config(params):
     from dashboard.state import parse_query
     from dashboard.views import config_of

@@ -205,18 +205,39 @@ def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_byt
     """The fewest cards of ``gpu_key`` that train ``config`` (its batch, its data-parallel replicas): the model axis
     doubled from one card until one card's plan and ``kept_bytes`` beside it fit ``budget_bytes``. A setup the
     preset's layout map cannot shard (no map; a refusal of XLA's partitioner) stops with the refusal."""
-    from calc.types import MAX_DEVICES_PER_HOST
     from calc.xla.plan import PlanError
 
     tried: list[tuple[int, int]] = []
     for axis in MODEL_AXES:
-        devices = config.num_gpus * axis
-        mesh = replace(config, model_parallel=axis, hosts=max(1, -(-devices // MAX_DEVICES_PER_HOST)))
         try:
-            needed = compute_plan(spec, mesh, gpu_key, **kwargs).peak_bytes + kept_bytes
+            needed = compute_plan(spec, _on_axis(config, axis), gpu_key, **kwargs).peak_bytes + kept_bytes
         except PlanError as exc:
             return FewestCards(None, tuple(tried), str(exc))
         tried.append((axis, needed))
         if needed <= budget_bytes:
+            return FewestCards(axis, tuple(tried))
+    return FewestCards(None, tuple(tried))
+
+
+def _on_axis(config: TrainingConfig, axis: int) -> TrainingConfig:
+    """``config`` on a model axis of ``axis`` cards, its hosts as few as hold them."""
+    from calc.types import MAX_DEVICES_PER_HOST
+
+    return replace(config, model_parallel=axis, hosts=max(1, -(-config.num_gpus * axis // MAX_DEVICES_PER_HOST)))
+
+
+def known_fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_bytes: int,
+                       kept_bytes: int) -> FewestCards | None:
+    """``fewest_cards`` from the plans compiled already (shipped or on disk); never compiles. None where an axis
+    before the first that fits has no plan compiled at the batch."""
+    from calc.xla.compute import known_plans
+
+    tried: list[tuple[int, int]] = []
+    for axis in MODEL_AXES:
+        plan = known_plans(spec, _on_axis(config, axis), gpu_key).plans.get(config.per_replica_batch)
+        if plan is None:
+            return None
+        tried.append((axis, plan.peak_bytes + kept_bytes))
+        if tried[-1][1] <= budget_bytes:
             return FewestCards(axis, tuple(tried))
     return FewestCards(None, tuple(tried))
