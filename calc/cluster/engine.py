@@ -148,6 +148,16 @@ class Engine:
                     out[key] = Running(key, started, state, address)
         return out
 
+    def wanted(self, keys: list[str]) -> set[str]:
+        """Of ``keys``, the tasks some client still wants: this one's, or another replica's of the same scheduler
+        (all of them where the scheduler does not answer: nothing is given up on a guess)."""
+        from calc.cluster.worker import wanted_on_scheduler
+
+        try:
+            return set(self.client.run_on_scheduler(wanted_on_scheduler, keys=keys))
+        except Exception:  # noqa: BLE001 - the scheduler is busy: asked again next round
+            return set(keys)
+
     def assigned(self) -> dict[str, str]:
         """Each task the scheduler has put on a worker (running there, or queued there), by key: its worker's
         address."""

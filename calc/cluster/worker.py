@@ -123,6 +123,11 @@ def executing(dask_worker: Any) -> dict[str, tuple[float, str]]:
     return {str(ts.key): (STARTED.get(str(ts.key), time.time()), str(ts.state)) for ts in dask_worker.state.executing}
 
 
+def wanted_on_scheduler(dask_scheduler: Any, keys: list[str]) -> list[str]:
+    """Of ``keys``, the tasks some client of the scheduler still wants. ``Client.run_on_scheduler`` calls this."""
+    return [key for key in keys if (task := dask_scheduler.tasks.get(key)) is not None and task.who_wants]
+
+
 def plan(request: dict[str, Any]) -> dict[str, Any]:
     """XLA's plan of the request's step (``calc.xla.cache.plan_request``): the answer ``calc.xla.plan``
     reads, with how long it took here and whether the worker held the model already.

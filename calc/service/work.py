@@ -374,13 +374,20 @@ class WorkService:
                         self._searched[search] = self._searched.get(search, 0) + 1
 
     def _restart_stale(self, engine: Any, running: dict[str, Any]) -> None:
-        """Restarts the workers that run a task nobody wants any more, and stops tasks past their time."""
+        """Restarts the workers that run a task nobody wants any more, and stops tasks past their time.
+
+        A worker's "cancelled" is what the scheduler told it when the task's last client let go; another replica
+        may have asked for the same task since (the scheduler then keeps it), so the scheduler is asked who
+        wants it before its worker is restarted."""
         now = time.time()
+        cancelled = [key for key, run in running.items()
+                     if run.state == "cancelled" and now - run.started_s > CANCEL_GRACE_S]
+        unwanted = set(cancelled) - engine.wanted(cancelled) if cancelled else set()
         stale = set()
         with self._cond:
             by_key = {item.key: (task, item) for task, item in self._submitted.items()}
             for key, run in running.items():
-                if run.state == "cancelled" and now - run.started_s > CANCEL_GRACE_S:
+                if key in unwanted:
                     stale.add(run.worker)
                     LOG.info("restarting %s: it runs %s, which nobody wants any more", run.worker, key)
                 elif key in by_key and now - run.started_s > (limit := self.timeout_s[by_key[key][0].work]):
