@@ -67,6 +67,22 @@ def weight_terms(plan: XlaPlan, spec: HubSpec, inputs: Inputs) -> list[Term]:
     return [Term(r"W", tr("weights"), tr("the model's variables, an argument of the compiled step"), plan.weights_bytes)]
 
 
+def quantized_terms(plan: XlaPlan, spec: HubSpec) -> list[Term]:
+    """A quantized model's weights: its quantized kernels, their scales, and the rest (what trains, the norms)."""
+    quantized, scales = plan.quantized_weights_bytes, plan.quantization_scales_bytes
+    bits = {"int8": tr("one byte a weight"), "int4": tr("half a byte a weight, two packed in a byte")}.get(
+        spec.quantize, spec.quantize)
+    return [Term(r"W_q", tr("quantized frozen weights"), tr(
+                "the kernels model.quantize(\"{mode}\") quantizes (the embedding, attention's and the feed-forward "
+                "layers'), {bits}", mode=spec.quantize, bits=bits), quantized),
+            Term(r"S_q", tr("quantization scales"), tr(
+                "a scale for each output of those kernels (and int4's zero points), in {dtype}", dtype=spec.dtype),
+                scales),
+            Term(r"W", tr("other weights"), tr(
+                "what quantization leaves in its dtype: the weights that train (LoRA's, in float32), the norms"),
+                plan.weights_bytes - quantized - scales)]
+
+
 def optimizer_term(plan: XlaPlan, config: TrainingConfig) -> Term:
     """The optimizer's variables: a slot per trainable weight and slot kind, and its two scalars."""
     slots = slots_per_variable(config.optimizer, config.optimizer_options, config.gradient_accumulation_steps)
@@ -101,9 +117,11 @@ def hub_lesson(answer: XlaAnswer | None, spec: HubSpec, config: TrainingConfig, 
     if answer is None or answer.plan is None or not answer.plan.compiled:
         return None
     plan = answer.plan
-    terms = [*weight_terms(plan, spec, inputs), optimizer_term(plan, config),
-             batch_term(plan, spec, config.per_replica_batch)]
-    kept = [t for t in xla_terms(plan, None, inputs) if t.symbol not in (r"W", r"O", r"X")] if plan.explained else []
+    quantized = plan.quantized_weights_bytes + plan.quantization_scales_bytes
+    weights = quantized_terms(plan, spec) if quantized else weight_terms(plan, spec, inputs)
+    terms = [*weights, optimizer_term(plan, config), batch_term(plan, spec, config.per_replica_batch)]
+    state_symbols = (r"W", r"O", r"X", r"W_q", r"S_q")
+    kept = [t for t in xla_terms(plan, None, inputs) if t.symbol not in state_symbols] if plan.explained else []
     if not kept:
         kept = [Term(r"T", tr("XLA's temporaries"), tr(
             "what the step keeps while it runs (activations, gradients, the update's scratch), as XLA's buffer "
@@ -121,6 +139,16 @@ def hub_lesson(answer: XlaAnswer | None, spec: HubSpec, config: TrainingConfig, 
              "attention, or a model with dropout in attention).", peak=fmt(plan.peak_bytes, inputs, 3),
              state=fmt(state, inputs, 3), rest=fmt(plan.peak_bytes - state, inputs, 3),
              batch=config.per_replica_batch)
+    if config.model_parallel > 1:
+        why += " " + tr("On this {mesh} mesh every number is one card's: the preset's layout map splits the kernels it "
+                        "names (the embedding, attention's and the feed-forward layers') over the {model} cards of the "
+                        "model axis, and the data axis splits the batch over its {data} replica(s); LoRA's adapters, "
+                        "their optimizer slots and the norms stay whole on every card, and so do the activations a "
+                        "model axis does not split.", mesh=config.mesh, model=config.model_parallel,
+                        data=config.num_gpus)
+    elif config.num_gpus > 1:
+        why += " " + tr("On this {mesh} mesh every card holds the whole model and its {per} examples of the batch: "
+                        "the numbers are one card's.", mesh=config.mesh, per=config.per_replica_batch)
     return XlaLesson(tuple(terms), plan.peak_bytes, (), why)
 
 

@@ -144,8 +144,9 @@ def _hub_inputs(sb) -> None:
     auto = tr("default: {dtype}", dtype="bfloat16" if model.task == "causal_lm" else "float32")
     sb.selectbox(tr("Dtype policy"), HUB_DTYPES, key="hub_dtype", format_func=lambda d: auto if d == "auto" else d,
                  help=tr(HUB_DTYPE_LABELS["auto"]))
+    plain = tr("not quantized")  # translated now: the widget's labels are this run's language
     sb.selectbox(tr("Quantize the frozen weights"), QUANTIZE, key="quantize",
-                 format_func=lambda q: tr("not quantized") if q == "none" else q,
+                 format_func=lambda q: plain if q == "none" else q,
                  help=tr("model.quantize(mode) before LoRA: int8 and int4 keep the frozen kernels in 8 or 4 bits "
                          "with scales beside them; float8 trains the matrix products in 8-bit floats"))
 

@@ -1435,6 +1435,28 @@ def test_the_estimator_names_the_fewest_cards_the_compiled_plans_say_fit():
                                   "XLA's plans compiled for 1, 2 card(s)") for c in at.caption)
 
 
+def test_the_formula_teaches_a_quantized_step_on_a_mesh_term_by_term():
+    """int8 on a 1x2 mesh: the quantized kernels, their scales and the other weights are terms of their own, the
+    terms still add up to the plan's peak, and the lesson says what the mesh splits and what it leaves whole."""
+    from dashboard.hub_lesson import hub_lesson
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+    from dashboard.xla_step import hub_spec_of, xla_answer_for
+
+    fields = {"quantize": "int8", "model_parallel": "2"}
+    raw = {**hub_analysis(1), "quantized_bytes": 1_300_000_000, "scale_bytes": 900_000}
+    raw["non_trainable_bytes"] = 1_300_000_000 + 900_000 + 2_000_000
+    plan = put_hub_plan(raw, **fields)
+    inputs, _ = parse_query({**HUB, **fields})
+    taught = hub_lesson(xla_answer_for(inputs, GPU_PRESETS["l4"]), hub_spec_of(inputs), config_of(inputs), inputs)
+    terms = {t.symbol: t.nbytes for t in taught.terms}
+    assert (terms["W_q"], terms["S_q"], terms["W"]) == (1_300_000_000, 900_000, 2_000_000 + 4 * HUB_LORA)
+    assert sum(terms.values()) == plan.peak_bytes == taught.peak_bytes
+    assert "On this 1x2 mesh every number is one card's" in taught.why
+    at = app({**HUB, **fields}, page="pages/formula.py")
+    assert _latex_terms(at)[-1] == round(plan.peak_bytes / GIB, 3)
+
+
 def views_config(params):
     from dashboard.state import parse_query
     from dashboard.views import config_of

@@ -6,9 +6,10 @@
     python tools/measure_gpu_hub.py measure OUT.json 600 --dry-run --only gpt2   # here: the child on the CPU
     python tools/measure_gpu_hub.py compare OUT.json [--dumps D.json]  # here: the plan on record against the card
 
-``predict`` compiles XLA's plan (``calc.xla.compute_plan``) of each case of ``CASES`` for the card
-and, with ``--save``, writes them into ``validation/planned.json`` as set ``hub_gpu``, replacing
-that set's earlier entries alone: the predictions are committed before a GPU measures them.
+``predict`` compiles XLA's plan (``calc.xla.compute_plan``) of each case of ``CASES`` not yet in
+``validation/planned.json`` for the card and, with ``--save``, adds them to set ``hub_gpu``; a case
+planned before keeps its prediction (``--replace``: every case planned again, the set replaced): the
+predictions are committed before a GPU measures them.
 
 ``measure`` runs on the lent GPU machine (JAX with CUDA; no TensorFlow, nothing to download),
 each ``hub_gpu`` case in a fresh child (``KERAS_BACKEND=jax``, ``XLA_PYTHON_CLIENT_PREALLOCATE=false``,
@@ -64,7 +65,9 @@ MEM_FRACTION = "0.97"
 # steps of four text families with cuDNN's flash attention on the card (Llama 3.2, Qwen 2.5) or without it
 # (Gemma 2: a logit soft cap; GPT-2: dropout in attention), LoRA and full, and two image families in float32:
 # ViT, full and LoRA (whose deviceless plan has no Triton GEMM configuration for the value projection's
-# backward pass, and is compiled with cuBLAS for every matrix product: "triton_gemm": false), and Swin.
+# backward pass, and is compiled with cuBLAS for every matrix product: "triton_gemm": false), and Swin. Then
+# Gemma 2 2B's LoRA step with its backbone quantized to int8 and to int4 (a seventh item: model.quantize's mode),
+# built as Keras loads a quantized model (docs/MESHES.md).
 CASES = (
     ("llama3.2_1b", 2048, 4, "bfloat16", 4, "adamw"),
     ("llama3.2_1b", 512, 0, "bfloat16", 2, "adamw"),
@@ -74,6 +77,8 @@ CASES = (
     ("vit_base_patch16_224_imagenet", None, 0, "float32", 64, "adamw"),
     ("vit_base_patch16_224_imagenet", None, 8, "float32", 64, "adamw"),
     ("swin_tiny_patch4_window7_224", None, 0, "float32", 64, "adamw"),
+    ("gemma2_2b_en", 512, 4, "bfloat16", 8, "adamw", "int8"),
+    ("gemma2_2b_en", 512, 4, "bfloat16", 8, "adamw", "int4"),
 )
 
 
@@ -82,8 +87,9 @@ def setups() -> list[tuple[Any, Any]]:
     from calc.hub import make_hub_spec
     from calc.types import TrainingConfig
 
-    return [(make_hub_spec(preset, seq, lora, dtype), TrainingConfig(batch_size=batch, optimizer=opt, device="gpu"))
-            for preset, seq, lora, dtype, batch, opt in CASES]
+    return [(make_hub_spec(preset, seq, lora, dtype, quantize=quantize[0] if quantize else ""),
+             TrainingConfig(batch_size=batch, optimizer=opt, device="gpu"))
+            for preset, seq, lora, dtype, batch, opt, *quantize in CASES]
 
 
 def case_id(spec: Any, config: Any) -> str:
@@ -111,8 +117,9 @@ def expected_attention(spec: Any, capability: str) -> str:
 # --- predict (here) -----------------------------------------------------------------------------------------
 
 
-def predict(gpu: str, save: bool, planned: Path | None = None) -> list[dict[str, Any]]:
-    """XLA's plan of every case for ``gpu``, printed; with ``save``, set ``hub_gpu`` of planned.json."""
+def predict(gpu: str, save: bool, planned: Path | None = None, replace: bool = False) -> list[dict[str, Any]]:
+    """XLA's plan of every case not planned yet (``replace``: of every case) for ``gpu``, printed; with ``save``,
+    added to set ``hub_gpu`` of planned.json (``replace``: the set replaced)."""
     from calc.requests import config_to_dict, spec_to_dict
     from calc.xla.cache import read_cached
     from calc.xla.compute import compute_plan, family_request
@@ -120,8 +127,11 @@ def predict(gpu: str, save: bool, planned: Path | None = None) -> list[dict[str,
 
     target = target_for(gpu)
     entries = []
+    before = set() if replace else {c["case"] for c in planned_entries(planned)}
     print(f"{'case':74s} {'plan':>9s} {'weights':>8s} {'temps':>8s} {'attention':>9s} {'compile':>8s}", flush=True)
     for spec, config in setups():
+        if case_id(spec, config) in before:
+            continue
         started = time.monotonic()
         plan = compute_plan(spec, config, gpu)
         wall = time.monotonic() - started
@@ -142,7 +152,7 @@ def predict(gpu: str, save: bool, planned: Path | None = None) -> list[dict[str,
               f"{plan.temporaries_bytes / GIB:7.2f}G {attention:>9s} {plan.compile_seconds:7.1f}s"
               f"{'' if wall > 5 else ' (known)'}", flush=True)
     if save:
-        save_planned(entries, planned)
+        save_planned(entries if replace else planned_entries(planned) + entries, planned)
         print(f"{len(entries)} cases -> validation/planned.json (set {SET})")
     return entries
 
@@ -498,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("predict", help="XLA's plan of each case, here")
     p.add_argument("--gpu", default="h200")
     p.add_argument("--save", action="store_true", help=f"write them into validation/planned.json (set {SET})")
+    p.add_argument("--replace", action="store_true", help="plan every case again and replace the set")
     sub.add_parser("prepare", help="download the wheels the GPU machine needs into .gpu/hub")
     m = sub.add_parser("measure", help="measure each case (on the GPU machine)")
     m.add_argument("out")
@@ -512,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dumps", help="tools/gpu_tf/xla_dumps.py's summary of the measured steps' dumps")
     args = parser.parse_args(argv)
     if args.command == "predict":
-        predict(args.gpu, args.save)
+        predict(args.gpu, args.save, replace=args.replace)
     elif args.command == "prepare":
         prepare()
     elif args.command == "measure":
