@@ -5,8 +5,7 @@ progress fragment repeats every second): its wants (``calc.service.wants``) name
 What is the service's own is which visitor wants what, and for how long:
 
 - **leases**: a session's wants live ``LEASE_S`` after it last asked; a task no live want needs is
-  released from the engine, queued or running (a worker running a task nobody wants any more is
-  restarted), builds included;
+  released from the engine, queued or running (a worker running a task no client wants is restarted);
 - **order, decided before a task starts**: a task's priority is its want's urgency (a first number:
   the model's ledger or the page's batch's plan; then curves, searches, refinements, explanations),
   then the session's own turn (a session's second task of an urgency goes after every session's
@@ -374,14 +373,9 @@ class WorkService:
                         self._searched[search] = self._searched.get(search, 0) + 1
 
     def _restart_stale(self, engine: Any, running: dict[str, Any]) -> None:
-        """Restarts the workers that run a task nobody wants any more, and stops tasks past their time.
-
-        A worker's "cancelled" is what the scheduler told it when the task's last client let go; another replica
-        may have asked for the same task since (the scheduler then keeps it), so the scheduler is asked who
-        wants it before its worker is restarted."""
+        """Restarts the workers running a task no client wants (the scheduler is asked), stops tasks past their time."""
         now = time.time()
-        cancelled = [key for key, run in running.items()
-                     if run.state == "cancelled" and now - run.started_s > CANCEL_GRACE_S]
+        cancelled = [key for key, run in running.items() if run.state == "cancelled" and now - run.started_s > CANCEL_GRACE_S]
         unwanted = set(cancelled) - engine.wanted(cancelled) if cancelled else set()
         stale = set()
         with self._cond:
