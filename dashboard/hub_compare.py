@@ -59,8 +59,9 @@ def setup_column(spec: HubSpec | None, inputs: Inputs) -> str:
         return tr("new head of {classes}", classes=spec.classes)
     if spec.lora_rank and lora_applies(model, inputs.hub_frozen):
         count = lora_parameters(model, spec.lora_rank)
-        return (tr("LoRA {rank}: {count:,} trainable", rank=spec.lora_rank, count=count) if count is not None
+        lora = (tr("LoRA {rank}: {count:,} trainable", rank=spec.lora_rank, count=count) if count is not None
                 else tr("LoRA {rank}", rank=spec.lora_rank))
+        return tr("{lora}, on {mode} weights", lora=lora, mode=spec.quantize) if spec.quantize else lora
     if model.task != "causal_lm":
         return tr("all: {params:,} + head", params=model.params)
     return tr("all: {params:,}", params=model.params)

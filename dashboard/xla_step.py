@@ -458,6 +458,8 @@ def compare_hubs(inputs: Inputs) -> None:
                   optimizer=inputs.optimizer, rank=inputs.lora_rank, margin=inputs.margin,
                   dtype=tr("each model's own") if inputs.hub_dtype == "auto" else inputs.hub_dtype,
                   tokens=inputs.seq_len))
+    if mesh := views.per_gpu_caption(inputs):
+        st.caption(mesh)
     if (missing := xla.unavailable_reason()) is not None:
         st.info(tr("No XLA plan on this server: {reason}. A KerasHub model is answered by XLA's plan alone.",
                    reason=missing))

@@ -1457,6 +1457,15 @@ def test_the_formula_teaches_a_quantized_step_on_a_mesh_term_by_term():
     assert _latex_terms(at)[-1] == round(plan.peak_bytes / GIB, 3)
 
 
+def test_compare_answers_kerashub_presets_on_the_sidebars_mesh_and_quantization():
+    """Compare takes the sidebar's mesh and quantization for every preset: it says the numbers are one card's of
+    the mesh, and its "trains" column names the quantized weights LoRA trains on."""
+    at = app({**HUB, "model_parallel": "2", "quantize": "int8"}, page="pages/compare.py")
+    assert any(c.value.startswith("A 1x2 mesh of 2 GPUs on 1 host(s)") for c in at.caption)
+    trains = pd_rows(at.dataframe[0].value)["gemma2_2b_en"]["trains"]
+    assert trains == f"LoRA 4: {HUB_LORA:,} trainable, on int8 weights"
+
+
 def views_config(params):
     from dashboard.state import parse_query
     from dashboard.views import config_of
