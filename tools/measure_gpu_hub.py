@@ -158,12 +158,15 @@ def predict(gpu: str, save: bool, planned: Path | None = None, replace: bool = F
 
 
 def save_planned(entries: list[dict[str, Any]], path: Path | None = None) -> None:
-    """Set ``hub_gpu`` of planned.json becomes ``entries``; every other set is kept as it was."""
+    """Set ``hub_gpu`` of planned.json becomes ``entries``, where the set was; every other set is kept as it was."""
     from calc.validation.planned import PLANNED, load_planned
 
     path = path or PLANNED
-    kept = [c for c in load_planned(path) if c["set"] != SET]
-    path.write_text(json.dumps({"cases": kept + entries}, indent=1) + "\n")
+    cases = load_planned(path)
+    at = next((i for i, c in enumerate(cases) if c["set"] == SET), len(cases))
+    kept = [c for c in cases if c["set"] != SET]
+    at -= sum(1 for c in cases[:at] if c["set"] == SET)
+    path.write_text(json.dumps({"cases": kept[:at] + entries + kept[at:]}, indent=1) + "\n")
 
 
 def planned_entries(path: Path | None = None) -> list[dict[str, Any]]:
