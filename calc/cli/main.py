@@ -34,8 +34,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     else:
         spec, config = spec_and_config(args)
-    if config.num_gpus != 1:
-        raise ValueError("measure runs on one device; use --gpus 1 (and the per-device batch).")
+    if config.devices != 1:
+        raise ValueError("measure runs on one device; use --gpus 1 and no --mesh (and the per-device batch).")
     m = measure_training_step(spec, config, repeats=args.repeats, timeout_s=args.timeout, xla=args.xla)
     out = {
         "model": spec.key,

@@ -148,8 +148,7 @@ def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tra
 
         spec, config = spec_and_config(args)
         return spec.key, get_profile(spec), config
-    if config_from_args(args).model_parallel > 1:
-        raise ValueError(MODEL_AXIS_REFUSED)
+    config = application_config(args)
     import os
 
     from calc.catalogue import ModelFile
@@ -159,7 +158,7 @@ def profile_and_config(args: argparse.Namespace) -> tuple[str, ModelProfile, Tra
     # Read as an upload is (checked, then safe mode in a child), and cached by the file's
     # content: a second command on the same file reads the cache.
     profile = get_profile(ModelFile(os.path.abspath(args.file)))
-    return profile.name, profile, config_from_args(args)
+    return profile.name, profile, config
 
 
 def read_file(args: argparse.Namespace) -> bytes:
@@ -204,9 +203,7 @@ def check_file(args: argparse.Namespace) -> None:
 def spec_and_config(args: argparse.Namespace) -> tuple[ModelSpec, TrainingConfig]:
     if not args.model:
         raise ValueError("the following arguments are required: --model (or --file)")
-    config = config_from_args(args)
-    if config.model_parallel > 1:
-        raise ValueError(MODEL_AXIS_REFUSED)
+    config = application_config(args)
     spec = make_spec(
         args.model,
         args.image_size,
@@ -246,8 +243,13 @@ def is_hub(args: argparse.Namespace) -> bool:
     return False
 
 
-MODEL_AXIS_REFUSED = ("a Keras application or a saved file has no layout map to shard its weights by: its mesh is "
-                      "data parallel, --mesh Nx1")
+def application_config(args: argparse.Namespace) -> TrainingConfig:
+    """``config_from_args`` for a Keras application or a saved file, which has no layout map to shard by."""
+    config = config_from_args(args)
+    if config.model_parallel > 1:
+        raise ValueError("a Keras application or a saved file has no layout map to shard its weights by: its mesh is "
+                         "data parallel, --mesh Nx1")
+    return config
 
 
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:

@@ -266,7 +266,7 @@ class PlanModel:
             state, data, lowered = self._lower_on_mesh(batch, target_config)
         else:
             sharding = self._sharding(target_config)
-            state = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding), self._state)
+            state = self._state_on(sharding.mesh)
             data = self.batch(batch, sharding)
             lowered = self._step.lower(state, data)
         traced = time.perf_counter()

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
-from calc.types import TrainingConfig
+from calc.types import MAX_DEVICES_PER_HOST, TrainingConfig
 from calc.xla.compute import KnownPlans, compute_plan, known_curve
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
 from calc.xla.kept import logits_per_sample
@@ -207,22 +207,31 @@ def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_byt
     preset's layout map cannot shard (no map; a refusal of XLA's partitioner) stops with the refusal."""
     from calc.xla.plan import PlanError
 
+    def peak(axis: int) -> int | str:
+        try:
+            return compute_plan(spec, _on_axis(config, axis), gpu_key, **kwargs).peak_bytes
+        except PlanError as exc:
+            return str(exc)
+
+    return _doubled(peak, budget_bytes, kept_bytes)
+
+
+def _doubled(peak_of: Callable[[int], int | str], budget_bytes: int, kept_bytes: int) -> FewestCards:
+    """The model axis doubled (``MODEL_AXES``) until one card's peak (``peak_of``) and ``kept_bytes`` fit
+    ``budget_bytes``; stopped where ``peak_of`` gives a reason instead of a peak."""
     tried: list[tuple[int, int]] = []
     for axis in MODEL_AXES:
-        try:
-            needed = compute_plan(spec, _on_axis(config, axis), gpu_key, **kwargs).peak_bytes + kept_bytes
-        except PlanError as exc:
-            return FewestCards(None, tuple(tried), str(exc))
-        tried.append((axis, needed))
-        if needed <= budget_bytes:
+        peak = peak_of(axis)
+        if isinstance(peak, str):
+            return FewestCards(None, tuple(tried), peak)
+        tried.append((axis, peak + kept_bytes))
+        if tried[-1][1] <= budget_bytes:
             return FewestCards(axis, tuple(tried))
     return FewestCards(None, tuple(tried))
 
 
 def _on_axis(config: TrainingConfig, axis: int) -> TrainingConfig:
     """``config`` on a model axis of ``axis`` cards, its hosts as few as hold them."""
-    from calc.types import MAX_DEVICES_PER_HOST
-
     return replace(config, model_parallel=axis, hosts=max(1, -(-config.num_gpus * axis // MAX_DEVICES_PER_HOST)))
 
 
@@ -232,12 +241,9 @@ def known_fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budg
     before the first that fits has no plan compiled at the batch."""
     from calc.xla.compute import known_plans
 
-    tried: list[tuple[int, int]] = []
-    for axis in MODEL_AXES:
+    def peak(axis: int) -> int | str:
         plan = known_plans(spec, _on_axis(config, axis), gpu_key).plans.get(config.per_replica_batch)
-        if plan is None:
-            return None
-        tried.append((axis, plan.peak_bytes + kept_bytes))
-        if tried[-1][1] <= budget_bytes:
-            return FewestCards(axis, tuple(tried))
-    return FewestCards(None, tuple(tried))
+        return "not compiled" if plan is None else plan.peak_bytes
+
+    found = _doubled(peak, budget_bytes, kept_bytes)
+    return None if found.stopped else found
