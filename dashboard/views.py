@@ -38,6 +38,8 @@ def config_of(inputs: Inputs) -> TrainingConfig:
     a GPU's, and what trains its LoRA rank's, so the hidden inputs of the other models do not enter it."""
     hub = inputs.source == "hub"
     mode = ("frozen_backbone" if hub_frozen(inputs) else "all") if hub else inputs.train_mode
+    model_axis = inputs.model_parallel if hub else 1  # a catalogue model has no layout map to shard by
+    cards = inputs.num_gpus * model_axis
     return TrainingConfig(
         batch_size=inputs.batch_size,
         optimizer=inputs.optimizer,
@@ -48,8 +50,8 @@ def config_of(inputs: Inputs) -> TrainingConfig:
         train_mode=mode,
         last_n_layers=inputs.last_n if inputs.train_mode == "last_n" and not hub else 0,
         num_gpus=inputs.num_gpus,
-        model_parallel=inputs.model_parallel if hub else 1,  # a catalogue model has no layout map to shard by
-        hosts=inputs.hosts if (inputs.num_gpus * (inputs.model_parallel if hub else 1)) % inputs.hosts == 0 else 1,
+        model_parallel=model_axis,
+        hosts=inputs.hosts if cards % inputs.hosts == 0 else 1,  # the sidebar's hosts split its cards, else one
         device="gpu" if hub else inputs.device,
     )
 
