@@ -16,7 +16,7 @@ from calc.gpus import GpuPreset
 from calc.hub import HubSpec, hub_models, lora_applies, lora_parameters
 from dashboard.i18n import tr
 from dashboard.state import Inputs
-from dashboard.views import fmt, settled_batch
+from dashboard.views import config_of, fmt, settled_batch
 from dashboard.xla_view import CompareCell
 
 
@@ -135,3 +135,39 @@ def catalogue_compare_series(cells: dict[tuple[str, str], CompareCell], gpus: li
     planned = {model for (model, _), cell in cells.items() if cell.answer is not None and cell.answer.known.plans}
     return {**hub_compare_series(cells, gpus, inputs),
             **{tr("{model} (walk)", model=name): curve for name, curve in walk.items() if name not in planned}}
+
+
+def mesh_cell(cell: CompareCell | None, batch: int, inputs: Inputs) -> str:
+    """One card's need on a mesh, as the Estimator's verdict reckons it: the plan's peak at one replica's ``batch``
+    and the bytes kept free beside it, against the card's budget; "—" for a mesh past the first that fits (never
+    compiled), or where its compile stands."""
+    if cell is None:
+        return "—"
+    plan = None if cell.answer is None else cell.answer.plan
+    if plan is None or cell.answer is None:
+        return tr("refused") if cell.state == "failed" else _pending(cell)
+    budget = cell.answer.budget
+    needed = fmt(plan.peak_bytes + budget.kept_at(batch), inputs)
+    needed = needed if plan.compiled else tr("≈ {value}", value=needed)
+    if plan.peak_bytes + budget.kept_at(batch) <= budget.plan_bytes:
+        return tr("{needed}: fits", needed=needed)
+    return tr("{needed}: too much", needed=needed)
+
+
+def mesh_grid_table(presets: list[str], gpus: list[GpuPreset], grid: dict[tuple[str, str, int], CompareCell],
+                    axes: tuple[int, ...], inputs: Inputs) -> list[dict[str, object]]:
+    """The Compare page's cards x count: a row per preset and card, a column per model axis (the sidebar's
+    data-parallel replicas kept), each cell one card's need (``mesh_cell``)."""
+    config = config_of(inputs)
+    data, batch = config.num_gpus, config.per_replica_batch
+    columns = {axis: tr("{mesh} mesh: {cards} cards", mesh=f"{data}x{axis}", cards=data * axis) if data * axis > 1
+               else tr("1 card") for axis in axes}
+    rows = []
+    for preset in presets:
+        for gpu in gpus:
+            if not any((preset, gpu.key, axis) in grid for axis in axes):
+                continue
+            row: dict[str, object] = {tr("model"): preset, tr("card"): gpu.name}
+            row.update({columns[axis]: mesh_cell(grid.get((preset, gpu.key, axis)), batch, inputs) for axis in axes})
+            rows.append(row)
+    return rows

@@ -23,7 +23,7 @@ from calc.xla import XlaPlan
 from calc.xla.budget import step_budget
 from calc.service import COMPILES_ENV, Kind, Progress, Setup, Want, compiles_enabled, service
 from dashboard import charts, figures, lesson, views
-from dashboard.hub_compare import compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs
+from dashboard.hub_compare import compared_hubs, hub_compare_series, hub_compare_tables, hub_inputs, mesh_grid_table
 from dashboard.i18n import language, set_language, tr
 from dashboard.loaders import spec_for
 from dashboard.pagekit import kept_upload
@@ -477,7 +477,10 @@ def compare_hubs(inputs: Inputs) -> None:
             errors.update({(preset, g.key): plain(exc) for g in gpus})
             continue
         setups.update({(preset, g.key): Setup.of(spec, views.config_of(there), g.key) for g in gpus})
-    cells, wants = compare_cells(setups, errors, inputs)
+    grid, grid_wants = mesh_grid(specs, gpus, inputs)
+    cells, wants, progress = compare_cells(setups, errors, inputs, extra=grid_wants)
+    grid = {key: grid_cell(answer, [w for w in grid_wants if w.setup == setup], progress)
+            for key, (setup, answer) in grid.items()}
     if any(cell.state == "off" for cell in cells.values()):
         st.info(tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
                    "compiled here.", env=COMPILES_ENV))
@@ -489,6 +492,7 @@ def compare_hubs(inputs: Inputs) -> None:
     show_compare_progress(cells, wants)
     st.download_button(tr("Table as CSV"), pd.DataFrame(largest).to_csv(index=False), "compare.csv", "text/csv",
                        key="dl_compare_csv")
+    show_mesh_grid(presets, gpus, grid, inputs)
     series = hub_compare_series(cells, gpus, inputs)
     if series:
         charts.plotly_chart(st, figures.curves_figure(series, {g.name: g.memory_bytes - g.overhead_bytes for g in gpus},
@@ -496,6 +500,62 @@ def compare_hubs(inputs: Inputs) -> None:
                             key="compare_chart")
         st.caption(tr("Each line joins the plans compiled for that model and card, at one device's batch."))
     st.stop()
+
+
+def mesh_grid(specs: dict[str, HubSpec | None], gpus: list[GpuPreset],
+              inputs: Inputs) -> tuple[dict[tuple[str, str, int], tuple[Setup, XlaAnswer]], list[Want]]:
+    """The Compare page's cards x count: each preset on each card on a model axis of 1, 2, 4, then 8 cards (the
+    sidebar's data replicas kept), doubled as ``fewest-cards`` doubles it: until one card fits, or a mesh has no
+    plan yet (that plan is wanted; the larger ones wait for it). (preset, GPU key, axis) -> setup and answer."""
+    from calc.xla.search import MODEL_AXES, on_model_axis
+
+    grid: dict[tuple[str, str, int], tuple[Setup, XlaAnswer]] = {}
+    wants: list[Want] = []
+    for preset, spec in specs.items():
+        if spec is None:
+            continue
+        config = views.config_of(hub_inputs(inputs, preset))
+        for gpu in gpus:
+            for axis in MODEL_AXES:
+                try:
+                    setup = Setup.of(spec, on_model_axis(config, axis), gpu.key)
+                except ValueError:  # more hosts than a mesh may have
+                    break
+                answer = xla_answer(setup.known(), config.per_replica_batch, budget_of(setup, gpu, inputs))
+                grid[preset, gpu.key, axis] = setup, answer
+                if answer.plan is None:
+                    wants.append(Want.of(setup, Kind.PLAN, batch=config.per_replica_batch))
+                    break
+                if answer.plan.peak_bytes + answer.budget.kept_at(config.per_replica_batch) <= answer.budget.plan_bytes:
+                    break
+    return grid, wants
+
+
+def grid_cell(answer: XlaAnswer, mine: list[Want], progress: dict[Want, Progress]) -> CompareCell:
+    """One mesh of the cards x count grid, with where its compile stands."""
+    failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
+    state = "failed" if failed else "waiting" if mine and compiles_enabled() else "off" if mine else ""
+    return CompareCell(answer, state, failed[0] if failed else "")
+
+
+def show_mesh_grid(presets: list[str], gpus: list[GpuPreset], grid: dict[tuple[str, str, int], CompareCell],
+                   inputs: Inputs) -> None:
+    """The cards x count table, what it reckons, and why a mesh was refused."""
+    from calc.xla.search import MODEL_AXES
+
+    if not grid:
+        return
+    st.subheader(tr("Cards sharing the weights"))
+    st.caption(tr("One card's need on a mesh of {data} replica(s) of the batch, each over 1, 2, 4 or 8 cards that "
+                  "share the weights by the preset's layout map (keras.distribution.ModelParallel): XLA's plan of one "
+                  "card at batch {batch} on each replica, with the bytes kept free beside it, against the card's "
+                  "budget, as the Estimator's verdict reckons it. The cards are doubled until one fits, as `python -m "
+                  "calc fewest-cards` does; a larger mesh is not planned (—).", data=inputs.num_gpus,
+                  batch=views.config_of(inputs).per_replica_batch))
+    st.dataframe(pd.DataFrame(mesh_grid_table(presets, gpus, grid, MODEL_AXES, inputs)), hide_index=True)
+    for (preset, key, axis), cell in grid.items():
+        if cell.error:
+            st.warning(f"{preset} · {GPU_PRESETS[key].name} · {inputs.num_gpus}x{axis}: {plain(cell.error)}")
 
 
 def peaks_heading(inputs: Inputs) -> str:
@@ -512,11 +572,13 @@ def compare_setups(models: list[str], gpu_keys: list[str], inputs: Inputs) -> di
 
 
 def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, str], str], inputs: Inputs,
-                  builds: tuple[ModelSpec, ...] = ()) -> tuple[dict[tuple[str, str], CompareCell], tuple[Want, ...]]:
+                  builds: tuple[ModelSpec, ...] = (), extra: list[Want] | None = None
+                  ) -> tuple[dict[tuple[str, str], CompareCell], tuple[Want, ...], dict[Want, Progress]]:
     """The Compare page's cells, (model, GPU key) -> XLA's answer from the known plans and where its compiles
     stand, and what the page wants in the background: the ledgers of ``builds`` (models at a size nobody has
     built yet), each cell's plan at the batch, the curve's second plan and the largest batch's search (every
-    first number goes before any search). ``errors``: the cells whose setup the model cannot take, with why."""
+    first number goes before any search), then ``extra`` (the page's other plans). ``errors``: the cells whose setup
+    the model cannot take, with why. Also returns where each want stands."""
     compiling = compiles_enabled()
     batch = views.config_of(inputs).per_replica_batch
     answers, plans = {}, []
@@ -527,7 +589,7 @@ def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, 
         plans += curve_wants(setup, answer, start=batch)
     known = {setup: answers[key].known for key, setup in setups.items()}  # read once, above
     plans = [w for w in plans if w.next_task(known.__getitem__) is not None]
-    wants = [Want.build(spec) for spec in builds] + (plans if compiling else [])
+    wants = [Want.build(spec) for spec in builds] + (plans + (extra or []) if compiling else [])
     progress = service().ask(session_id(), wants, client=client_address())
     cells = {key: CompareCell(None, "", error) for key, error in errors.items()}
     for key, setup in setups.items():
@@ -539,7 +601,7 @@ def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, 
         if want.kind is Kind.BUILD and progress[want].state == "failed":
             assert want.spec is not None
             st.warning(f"{want.spec.name}: {plain(progress[want].message)}")
-    return cells, tuple(wants)
+    return cells, tuple(wants), progress
 
 
 def show_compare_progress(cells: dict[tuple[str, str], CompareCell], wants: tuple[Want, ...]) -> None:

@@ -61,7 +61,7 @@ if not models:
     st.stop()
 gpus = [GPU_PRESETS[k] for k in gpu_keys]
 setups = compare_setups(list(profiles), gpu_keys, inputs) if xla_step else {}
-cells, wants = compare_cells(setups, {}, inputs, tuple(builds))
+cells, wants, _ = compare_cells(setups, {}, inputs, tuple(builds))
 if not profiles and not builds:
     st.stop()  # each model's error is above
 if not profiles:

@@ -1466,6 +1466,57 @@ def test_compare_answers_kerashub_presets_on_the_sidebars_mesh_and_quantization(
     assert trains == f"LoRA 4: {HUB_LORA:,} trainable, on int8 weights"
 
 
+def test_compare_doubles_the_cards_sharing_the_weights_until_one_fits():
+    """Compare's cards x count: one L4 plans 30 GB (too much), a 1x2 mesh fits; each cell is one card's plan and
+    the bytes kept free beside it, as the Estimator's verdict reckons it; the larger meshes are not planned, and
+    a card with no plan yet says it is not planned (compiles are off here)."""
+    from dashboard.views import fmt
+
+    one = put_hub_plan({**hub_analysis(1), "temp_bytes": 30 * 10**9})
+    two = put_hub_plan(hub_analysis(1), model_parallel="2")
+    at = app({**HUB, "hubs": "gemma2_2b_en", "gpus": "l4,t4"}, page="pages/compare.py")
+    assert any(h.value == "Cards sharing the weights" for h in at.subheader)
+    grid = {row["card"]: row for row in at.dataframe[-1].value.to_dict("records")}
+    assert grid["L4 24 GB"] == {"model": "gemma2_2b_en", "card": "L4 24 GB",
+                                "1 card": f"{fmt(one.peak_bytes + HUB_KEPT, Inputs())}: too much",
+                                "1x2 mesh: 2 cards": f"{fmt(two.peak_bytes + HUB_KEPT, Inputs())}: fits",
+                                "1x4 mesh: 4 cards": "—", "1x8 mesh: 8 cards": "—"}
+    assert grid[GPU_PRESETS["t4"].name]["1 card"] == "not planned" and grid[GPU_PRESETS["t4"].name]["1x2 mesh: 2 cards"] == "—"
+    # Two data-parallel replicas keep their batch of one each: the mesh's columns name the data axis too.
+    replicas = app({**HUB, "hubs": "gemma2_2b_en", "gpus": "l4", "num_gpus": "2", "batch_size": "2"},
+                   page="pages/compare.py")
+    assert list(replicas.dataframe[-1].value.columns)[2:] == ["2x1 mesh: 2 cards", "2x2 mesh: 4 cards",
+                                                             "2x4 mesh: 8 cards", "2x8 mesh: 16 cards"]
+
+
+def test_the_cards_x_count_grid_wants_the_next_mesh_only_where_the_last_does_not_fit():
+    """The grid asks for one plan a card at a time: the 1x2 mesh's where one card is too much, nothing more where
+    a mesh fits; a card whose compile failed says refused, with XLA's one line."""
+    from dataclasses import replace
+
+    from calc.service import Kind, Progress
+    from dashboard.hub_compare import mesh_cell
+    from dashboard.state import parse_query
+    from dashboard.views import config_of
+    from dashboard.xla_step import grid_cell, hub_spec_of, mesh_grid
+
+    put_hub_plan({**hub_analysis(1), "temp_bytes": 30 * 10**9})
+    inputs, _ = parse_query({**HUB, "hubs": "gemma2_2b_en"})
+    spec = hub_spec_of(inputs)
+    grid, wants = mesh_grid({"gemma2_2b_en": spec}, [GPU_PRESETS["l4"]], inputs)
+    assert sorted(grid) == [("gemma2_2b_en", "l4", 1), ("gemma2_2b_en", "l4", 2)]
+    assert [(w.kind, w.batch, w.setup.config.mesh) for w in wants] == [(Kind.PLAN, 1, "1x2")]
+    assert wants[0].setup.config == replace(config_of(inputs), model_parallel=2)
+    setup, answer = grid["gemma2_2b_en", "l4", 2]
+    cell = grid_cell(answer, wants, {wants[0]: Progress("failed", message="Query, key and value should have same "
+                                                                          "sharding")})
+    assert (cell.state, cell.error) == ("failed", "Query, key and value should have same sharding")
+    assert mesh_cell(cell, 1, inputs) == "refused"
+    put_hub_plan(hub_analysis(1), model_parallel="2")
+    grid, wants = mesh_grid({"gemma2_2b_en": spec}, [GPU_PRESETS["l4"]], inputs)
+    assert not wants and sorted(grid) == [("gemma2_2b_en", "l4", 1), ("gemma2_2b_en", "l4", 2)]
+
+
 def views_config(params):
     from dashboard.state import parse_query
     from dashboard.views import config_of

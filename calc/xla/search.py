@@ -209,7 +209,7 @@ def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_byt
 
     def peak(axis: int) -> int | str:
         try:
-            return compute_plan(spec, _on_axis(config, axis), gpu_key, **kwargs).peak_bytes
+            return compute_plan(spec, on_model_axis(config, axis), gpu_key, **kwargs).peak_bytes
         except PlanError as exc:
             return str(exc)
 
@@ -230,7 +230,7 @@ def _doubled(peak_of: Callable[[int], int | str], budget_bytes: int, kept_bytes:
     return FewestCards(None, tuple(tried))
 
 
-def _on_axis(config: TrainingConfig, axis: int) -> TrainingConfig:
+def on_model_axis(config: TrainingConfig, axis: int) -> TrainingConfig:
     """``config`` on a model axis of ``axis`` cards, its hosts as few as hold them."""
     return replace(config, model_parallel=axis, hosts=max(1, -(-config.num_gpus * axis // MAX_DEVICES_PER_HOST)))
 
@@ -242,7 +242,7 @@ def known_fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budg
     from calc.xla.compute import known_plans
 
     def peak(axis: int) -> int | str:
-        plan = known_plans(spec, _on_axis(config, axis), gpu_key).plans.get(config.per_replica_batch)
+        plan = known_plans(spec, on_model_axis(config, axis), gpu_key).plans.get(config.per_replica_batch)
         return "not compiled" if plan is None else plan.peak_bytes
 
     found = _doubled(peak, budget_bytes, kept_bytes)
