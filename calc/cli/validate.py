@@ -21,9 +21,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else CPU_DATA
     if not data.is_file():
         raise ValueError(f"no validation data at {data}")
+    from calc.validation.data import measured_cases
     from calc.validation.ledgers import read_ledgers
     from calc.validation.report import validate_committed
 
+    measured_cases(data)  # a file of another shape is said in one line before any ledger is read
     # Absent ledgers (a package without the repository) are built, as they always were.
     if (ledgers := read_ledgers()) is not None and (why := ledgers.why_unusable()) is not None:
         print(why, file=sys.stderr)
