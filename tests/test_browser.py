@@ -90,7 +90,7 @@ def test_a_link_to_a_page_opens_in_the_app_on_a_fresh_server(server, playwright)
     # mode until some session has run app.py's st.navigation.
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{server}/compare?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
+    page.goto(f"{server}/compare?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4", timeout=120_000)
     page.get_by_text("Compare models and GPUs").wait_for(timeout=180_000)
     nav = page.locator('[data-testid="stSidebarNav"]')
     nav.get_by_text("Estimator").wait_for(timeout=30_000)
@@ -109,7 +109,7 @@ def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
     requests, errors = [], []
     page.on("request", lambda r: requests.append(r.url))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", timeout=120_000)
+    page.goto(f"{server}/?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4", timeout=120_000)
     page.get_by_text("Largest batch").first.wait_for(timeout=180_000)
     for key in ("breakdown_chart", "curve_chart"):
         page.locator(f".st-key-{key} .js-plotly-plot .main-svg .trace").first.wait_for(timeout=60_000)
@@ -150,7 +150,7 @@ def test_a_chart_whose_script_does_not_load_says_so_in_the_pages_language(server
     browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.route("**/app/static/plotly-basic-*", lambda route: route.abort())
-    page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4&lang=ja", timeout=120_000)
+    page.goto(f"{server}/?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&lang=ja", timeout=120_000)
     curve = page.locator(".st-key-curve_chart")
     curve.get_by_text("グラフを描けませんでした").wait_for(timeout=180_000)
     assert "/app/static/plotly-basic-" in curve.inner_text()
@@ -181,7 +181,7 @@ def test_charts_use_the_bundle_a_proxy_put_in_the_page(server, playwright):
     requests, errors = [], []
     page.on("request", lambda r: requests.append(r.url))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/?model=MobileNetV2&image_size=96&batch_size=16&gpu=t4", wait_until="commit", timeout=120_000)
+    page.goto(f"{server}/?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4", wait_until="commit", timeout=120_000)
     for key in ("breakdown_chart", "curve_chart"):
         page.locator(f".st-key-{key} .js-plotly-plot .main-svg .trace").first.wait_for(timeout=180_000)
     assert page.evaluate("document.querySelectorAll('script[data-plotly-early]:not([data-failed])').length") == 1
@@ -282,7 +282,9 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     chosen = page.locator('[data-testid="stMultiSelect"]').first
     expect(chosen).to_contain_text("gemma2_2b_en", timeout=60_000)
     expect(chosen).to_contain_text("qwen2.5_3b_en", timeout=60_000)
-    expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(2, timeout=60_000)
+    # The largest batches, the peaks, and the cards sharing the weights (Gemma and Qwen have layout maps).
+    expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(3, timeout=60_000)
+    expect(page.get_by_text(tr("Cards sharing the weights"), exact=True)).to_be_visible(timeout=60_000)
     browser.close()
 
 
