@@ -149,7 +149,7 @@ def mesh_cell(cell: CompareCell | None, batch: int, inputs: Inputs) -> str:
     budget = cell.answer.budget
     needed = fmt(plan.peak_bytes + budget.kept_at(batch), inputs)
     needed = needed if plan.compiled else tr("≈ {value}", value=needed)
-    if plan.peak_bytes + budget.kept_at(batch) <= budget.plan_bytes:
+    if budget.fits(plan.peak_bytes, batch):
         return tr("{needed}: fits", needed=needed)
     return tr("{needed}: too much", needed=needed)
 

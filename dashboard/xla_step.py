@@ -526,7 +526,7 @@ def mesh_grid(specs: dict[str, HubSpec | None], gpus: list[GpuPreset],
                 if answer.plan is None:
                     wants.append(Want.of(setup, Kind.PLAN, batch=config.per_replica_batch))
                     break
-                if answer.plan.peak_bytes + answer.budget.kept_at(config.per_replica_batch) <= answer.budget.plan_bytes:
+                if answer.budget.fits(answer.plan.peak_bytes, config.per_replica_batch):
                     break
     return grid, wants
 

@@ -300,7 +300,7 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
                kept_free={"mechanism": budget.kept.mechanism or None, "per_sample_bytes": budget.kept.per_sample_bytes,
                           "residual": budget.measured.fraction, "user_margin": args.margin},
                compiled=[{"per_device_batch": b, "needed_bytes": n + budget.kept_at(b),
-                          "fits": n + budget.kept_at(b) <= budget.plan_bytes} for b, n in found.compiled])
+                          "fits": budget.fits(n, b)} for b, n in found.compiled])
     if found.max_batch and found.fits_bytes is not None and found.exceeds_bytes is not None:
         edge = (f"batch {found.max_batch} per device planned {found.fits_bytes / GIB:.2f} GiB and fits, "
                 f"{found.exceeds} planned {found.exceeds_bytes / GIB:.2f} GiB and does not")

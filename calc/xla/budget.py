@@ -46,6 +46,10 @@ class PlanBudget:
         """The mechanism's bytes at one device's ``batch``."""
         return self.kept.at(batch)
 
+    def fits(self, peak_bytes: int, batch: int) -> bool:
+        """Whether a plan of ``peak_bytes`` at one device's ``batch`` fits, with the mechanism's bytes beside it."""
+        return peak_bytes + self.kept_at(batch) <= self.plan_bytes
+
 
 def plan_budget(gpu: GpuPreset, user_margin: float, hub: bool = False, kept: Kept = Kept()) -> PlanBudget:
     """The budget of one device's plan on ``gpu`` with the user's safety margin (a fraction); ``hub``: of a
