@@ -479,7 +479,7 @@ def compare_hubs(inputs: Inputs) -> None:
         setups.update({(preset, g.key): Setup.of(spec, views.config_of(there), g.key) for g in gpus})
     grid, grid_wants = mesh_grid(specs, gpus, inputs)
     cells, wants, progress = compare_cells(setups, errors, inputs, extra=grid_wants)
-    grid = {key: grid_cell(answer, [w for w in grid_wants if w.setup == setup], progress)
+    grid = {key: compare_cell(answer, [w for w in grid_wants if w.setup == setup], progress)
             for key, (setup, answer) in grid.items()}
     if any(cell.state == "off" for cell in cells.values()):
         st.info(tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
@@ -531,8 +531,9 @@ def mesh_grid(specs: dict[str, HubSpec | None], gpus: list[GpuPreset],
     return grid, wants
 
 
-def grid_cell(answer: XlaAnswer, mine: list[Want], progress: dict[Want, Progress]) -> CompareCell:
-    """One mesh of the cards x count grid, with where its compile stands."""
+def compare_cell(answer: XlaAnswer, mine: list[Want], progress: dict[Want, Progress]) -> CompareCell:
+    """A Compare cell (a model on a card, or a mesh of the cards x count grid) with where the compiles it wants
+    (``mine``) stand: "failed" with the first failure's line, else "waiting", or "off" where compiles are off."""
     failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
     state = "failed" if failed else "waiting" if mine and compiles_enabled() else "off" if mine else ""
     return CompareCell(answer, state, failed[0] if failed else "")
@@ -593,10 +594,7 @@ def compare_cells(setups: dict[tuple[str, str], Setup], errors: dict[tuple[str, 
     progress = service().ask(session_id(), wants, client=client_address())
     cells = {key: CompareCell(None, "", error) for key, error in errors.items()}
     for key, setup in setups.items():
-        mine = [w for w in plans if w.setup == setup]
-        failed = [progress[w].message for w in mine if w in progress and progress[w].state == "failed"]
-        state = "off" if mine and not compiling else "failed" if failed else "waiting" if mine else ""
-        cells[key] = CompareCell(answers[key], state, failed[0] if failed else "")
+        cells[key] = compare_cell(answers[key], [w for w in plans if w.setup == setup], progress)
     for want in wants:
         if want.kind is Kind.BUILD and progress[want].state == "failed":
             assert want.spec is not None

@@ -1481,7 +1481,8 @@ def test_compare_doubles_the_cards_sharing_the_weights_until_one_fits():
                                 "1 card": f"{fmt(one.peak_bytes + HUB_KEPT, Inputs())}: too much",
                                 "1x2 mesh: 2 cards": f"{fmt(two.peak_bytes + HUB_KEPT, Inputs())}: fits",
                                 "1x4 mesh: 4 cards": "—", "1x8 mesh: 8 cards": "—"}
-    assert grid[GPU_PRESETS["t4"].name]["1 card"] == "not planned" and grid[GPU_PRESETS["t4"].name]["1x2 mesh: 2 cards"] == "—"
+    t4 = grid[GPU_PRESETS["t4"].name]
+    assert t4["1 card"] == "not planned" and t4["1x2 mesh: 2 cards"] == "—"
     # Two data-parallel replicas keep their batch of one each: the mesh's columns name the data axis too.
     replicas = app({**HUB, "hubs": "gemma2_2b_en", "gpus": "l4", "num_gpus": "2", "batch_size": "2"},
                    page="pages/compare.py")
@@ -1498,7 +1499,7 @@ def test_the_cards_x_count_grid_wants_the_next_mesh_only_where_the_last_does_not
     from dashboard.hub_compare import mesh_cell
     from dashboard.state import parse_query
     from dashboard.views import config_of
-    from dashboard.xla_step import grid_cell, hub_spec_of, mesh_grid
+    from dashboard.xla_step import compare_cell, hub_spec_of, mesh_grid
 
     put_hub_plan({**hub_analysis(1), "temp_bytes": 30 * 10**9})
     inputs, _ = parse_query({**HUB, "hubs": "gemma2_2b_en"})
@@ -1508,7 +1509,7 @@ def test_the_cards_x_count_grid_wants_the_next_mesh_only_where_the_last_does_not
     assert [(w.kind, w.batch, w.setup.config.mesh) for w in wants] == [(Kind.PLAN, 1, "1x2")]
     assert wants[0].setup.config == replace(config_of(inputs), model_parallel=2)
     setup, answer = grid["gemma2_2b_en", "l4", 2]
-    cell = grid_cell(answer, wants, {wants[0]: Progress("failed", message="Query, key and value should have same "
+    cell = compare_cell(answer, wants, {wants[0]: Progress("failed", message="Query, key and value should have same "
                                                                           "sharding")})
     assert (cell.state, cell.error) == ("failed", "Query, key and value should have same sharding")
     assert mesh_cell(cell, 1, inputs) == "refused"

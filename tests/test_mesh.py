@@ -204,9 +204,10 @@ print(json.dumps(out))
 @needs_plan
 @pytest.mark.keras
 def test_a_data_parallel_mesh_plans_what_one_card_plans_at_its_batch_but_the_gradients_exchange():
-    """A small CNN (three convolutions, batch norm, two dense layers), 4 images a card: on a 2x1 mesh each card holds the
-    whole state and its half of the global batch, as one card at batch 4 does; XLA's partitioned step differs from the one-card step only by
-    what the gradients' all-reduce adds or saves, at most a copy of the gradients."""
+    """A small CNN (three convolutions, batch norm, two dense layers), 4 images a card: on a 2x1 mesh each card
+    holds the whole state and its half of the global batch, as one card at batch 4 does; XLA's partitioned step
+    differs from the one-card step only by what the gradients' all-reduce adds or saves, at most a copy of the
+    gradients."""
     answer = in_a_plan_child(DATA_PARALLEL)
     one, mesh = answer["1"], answer["2"]
     assert mesh["mesh"] == {"data": 2, "model": 1, "hosts": 1} and "mesh" not in one
