@@ -72,11 +72,11 @@ def test_every_preset_is_built_without_its_weights_to_its_published_parameter_co
     answer = in_a_plan_child(
         "import json, resource\n"
         "from calc.hub import hub_models\n"
-        "from calc.keras.hub import backbone_parameters\n"
-        "from calc.keras.hub import classifier_trainable_parameters, lora_trainable_parameters\n"
-        "counts = {p: backbone_parameters(m) for p, m in hub_models().items()}\n"
-        "lora = {p: lora_trainable_parameters(m, 4) for p, m in hub_models().items()}\n"
-        "timm = {p: classifier_trainable_parameters(m, 1000) for p, m in hub_models().items() if m.published_params}\n"
+        "from calc.keras.hub import parameter_counts\n"
+        "each = {p: parameter_counts(m, 4, 1000) for p, m in hub_models().items()}\n"
+        "counts = {p: c[0] for p, c in each.items()}\n"
+        "timm = {p: c[1] for p, c in each.items() if c[1] is not None}\n"
+        "lora = {p: c[2] for p, c in each.items()}\n"
         "print(json.dumps({'counts': counts, 'lora': lora, 'timm': timm,\n"
         "                  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
     assert answer["counts"] == {p: m.params for p, m in hub_models().items()}

@@ -105,33 +105,25 @@ def quantized_policies(model: HubModel, mode: str) -> Any:
     return policy_map
 
 
-def backbone_parameters(model: HubModel) -> int:
-    """The parameters of the preset's backbone as built from its figures (no weight made)."""
-    import keras
-
-    keras.backend.clear_session()
-    return int(deferred_backbone(model).count_params())
-
-
-def classifier_trainable_parameters(model: HubModel, classes: int) -> int:
-    """The trainable parameters of the preset's image classifier with ``classes`` outputs (no backbone
-    weight made; the head is)."""
+def parameter_counts(model: HubModel, lora_rank: int, classes: int) -> tuple[int, int | None, int]:
+    """From one build of the preset's backbone (no backbone weight made): its parameters; where keras-hub
+    publishes timm's count (``published_params``), the trainable parameters of its image classifier with
+    ``classes`` outputs (the head is made), else None; and the backbone's trainable parameters once LoRA is
+    enabled on it at ``lora_rank``."""
     import keras
     import keras_hub
 
     keras.backend.clear_session()
     backbone = deferred_backbone(model)
-    task = getattr(keras_hub.models, f"{model.family}{TASK_CLASS[model.task]}")(backbone=backbone, preprocessor=None,
-                                                                              num_classes=classes)
-    return sum(math.prod(v.shape) for v in task.trainable_weights)
-
-
-def lora_trainable_parameters(model: HubModel, rank: int) -> int:
-    """The backbone's trainable parameters once LoRA is enabled at ``rank`` (no weight made)."""
-    import keras
-
-    keras.backend.clear_session()
-    return sum(math.prod(v.shape) for v in deferred_backbone(model, rank).trainable_weights)
+    params = int(backbone.count_params())
+    classifier = None
+    if model.published_params:
+        task = getattr(keras_hub.models, f"{model.family}{TASK_CLASS[model.task]}")(
+            backbone=backbone, preprocessor=None, num_classes=classes)
+        classifier = sum(math.prod(v.shape) for v in task.trainable_weights)
+    with _deferred():
+        backbone.enable_lora(rank=lora_rank)
+    return params, classifier, sum(math.prod(v.shape) for v in backbone.trainable_weights)
 
 
 def hub_training_model(spec: HubSpec, config: TrainingConfig, remat: str | None = None) -> Any:
