@@ -86,8 +86,9 @@ CONFIGS = (
     ("EfficientNetV2B0", 144, 32, "adam", "mixed_float16", "h100-80", ""),
 )
 NEWCOMER = ("MobileNetV2", 200, 24, "adam", "float32", "a10", "")
-# --small: two visitors with quick models (the test in CI), one of them leaving, and the same newcomer.
-SMALL = (("MobileNetV2", 104, 16, "sgd", "float32", "t4", ""), ("MobileNet", 112, 32, "adam", "float32", "l4", ""))
+# --small: two visitors and a newcomer with the catalogue's quickest compiles (the test in CI), one visitor leaving.
+SMALL = (("VGG16", 104, 16, "sgd", "float32", "t4", ""), ("MobileNet", 112, 32, "adam", "float32", "l4", ""))
+SMALL_NEWCOMER = ("VGG16", 120, 24, "adam", "float32", "a10", "")
 SOLO = (("MobileNetV2", 120, 16, "sgd", "float32", "t4", ""), ("ResNet50", 136, 16, "adam", "float32", "l4", ""),
         ("EfficientNetB0", 152, 16, "sgd", "float32", "a10", ""))
 ESTIMATE = re.compile(r"(?:done in about|about) ([\d,]+) s(?: left)?")
@@ -160,12 +161,13 @@ async def storm(url: str, args) -> dict:
     deadline = time.monotonic() + args.timeout
     runs = [asyncio.create_task(visit(t, deadline, stay)) for t, stay in zip(tabs, stays)]
     await asyncio.sleep(args.newcomer_after)
-    newcomer = Tab(url, link(NEWCOMER), "10.2.0.1")
+    newcomer_config = SMALL_NEWCOMER if args.small else NEWCOMER
+    newcomer = Tab(url, link(newcomer_config), "10.2.0.1")
     runs.append(asyncio.create_task(visit(newcomer, deadline, True)))
     await asyncio.gather(*runs)
     per = [{"link": link(c), "stayed": s, **t.figures()}
            for t, c, s in zip(tabs, configs, stays)]
-    per.append({"link": link(NEWCOMER), "stayed": True, "newcomer": True, **newcomer.figures()})
+    per.append({"link": link(newcomer_config), "stayed": True, "newcomer": True, **newcomer.figures()})
     return {"visitors": per}
 
 

@@ -54,6 +54,14 @@ def engine_config() -> dict[str, Any]:
         # restarts its worker itself, and a restart on a busy host (the old worker stopped, ending its compile,
         # a fresh one started and registered) can pass Dask's 15 s: the nanny stays, and its worker comes back.
         "distributed.deploy.lost-worker-timeout": f"{10 * START_TIMEOUT_S:.0f}s",
+        # Idle, Dask's defaults keep every process of a cluster busy with what only its diagnostics read: each
+        # event loop wakes every 20 ms to time itself, a worker samples its threads' stacks every 10 ms for a
+        # profile page nobody opens here, and each process reads its own system figures twice a second. A
+        # cluster of two workers spent 9.8 s of CPU a minute doing nothing; 1.9 s with these
+        # (``python benchmarks/idle_cluster.py``). The nannies' memory watch keeps its 100 ms.
+        "distributed.admin.tick.interval": "1s",
+        "distributed.worker.profile.enabled": False,
+        "distributed.admin.system-monitor.interval": "2s",
     }
 
 
