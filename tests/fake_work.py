@@ -124,6 +124,12 @@ def _tasks(dask_scheduler) -> int:
     return len(dask_scheduler.tasks)
 
 
+def clients_wanting(dask_scheduler) -> int:
+    """The most clients that want one task the scheduler holds (``Client.run_on_scheduler``): two once two
+    replicas' services have both handed the same task to the engine."""
+    return max((len(task.who_wants) for task in dask_scheduler.tasks.values()), default=0)
+
+
 def reset() -> None:
     """Every fake back to its defaults (a test's start and end): a task a test left behind ends first, so that it
     cannot count as the next test's."""
