@@ -243,24 +243,30 @@ print(json.dumps(out))
 @needs_plan
 @pytest.mark.keras
 def test_flash_attention_keeps_no_score_matrices_on_an_ampere_card():
-    """Qwen 2.5 0.5B (24 layers, 14 query heads of 64) with LoRA at 1,024 tokens in bfloat16 on an L4:
-    the step Keras runs there calls cuDNN's flash attention, and plans at least a layer's
-    probabilities (14 x 1024 x 1024 bfloat16) a layer less than the step with XLA's attention,
-    which the same card gets where cuDNN is missing."""
+    """Qwen 2.5 0.5B's figures (14 query heads of 64) on two of its 24 layers, with LoRA at 1,024 tokens in
+    bfloat16 on an L4: the step Keras runs there calls cuDNN's flash attention, and plans at least the two
+    layers' probabilities (14 x 1024 x 1024 bfloat16 each) less than the step with XLA's attention, which the
+    same card gets where cuDNN is missing. (Each layer is its own attention; two keep the compile short.)"""
     code = XLA_ATTENTION_TEMP + """
-import json
+import dataclasses, json
+import calc.hub
 from calc.hub import make_hub_spec
 from calc.keras.hub import HubPlanModel
 from calc.types import TrainingConfig
 from calc.xla.targets import target_for
+presets = calc.hub.hub_models()
+qwen = presets["qwen2.5_0.5b_en"]
+two = dataclasses.replace(qwen, backbone={**qwen.backbone, "num_layers": 2})
+calc.hub.hub_models = lambda: {**presets, "qwen2.5_0.5b_en": two}
 model = HubPlanModel(make_hub_spec("qwen2.5_0.5b_en", 1024, 4, "bfloat16"),
                      TrainingConfig(batch_size=1, optimizer="adamw", device="gpu"))
 card = target_for("l4").config_text()
 flash = model.plan(1, card)["temp_bytes"]
-print(json.dumps([flash, xla_attention_temp(model, 1, card)]))
+print(json.dumps([flash, xla_attention_temp(model, 1, card), model._preset.backbone["num_layers"]]))
 """
-    flash, xla_attention = in_a_plan_child(code)
-    probabilities = 24 * 14 * 1024 * 1024 * 2
+    flash, xla_attention, layers = in_a_plan_child(code)
+    assert layers == 2
+    probabilities = 2 * 14 * 1024 * 1024 * 2
     assert xla_attention - flash >= probabilities, (flash, xla_attention)
 
 
