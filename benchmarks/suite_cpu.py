@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import json
 import subprocess
 import sys
-import json
 import time
 
 import psutil
@@ -89,7 +89,7 @@ def summary(seen: dict[tuple[int, float], tuple[list[str], float]]) -> list[str]
     return lines
 
 
-def _tree_cpu() -> float:
+def tree_cpu() -> float:
     """CPU of this process, its live descendants and the children it has waited for."""
     me = psutil.Process()
     total = 0.0
@@ -114,14 +114,14 @@ def pytest_configure(config):
 
 def pytest_runtest_logstart(nodeid, location):
     if _CHARGE["on"]:
-        _STARTS[nodeid] = (_tree_cpu(), time.monotonic())
+        _STARTS[nodeid] = (tree_cpu(), time.monotonic())
 
 
 def pytest_runtest_logfinish(nodeid, location):
     start = _STARTS.pop(nodeid, None)
     if start is None:
         return
-    cpu, wall = _tree_cpu() - start[0], time.monotonic() - start[1]
+    cpu, wall = tree_cpu() - start[0], time.monotonic() - start[1]
     with open(os.environ["SUITE_CPU_TESTS"], "a") as f:
         f.write(json.dumps({"test": nodeid, "cpu": round(cpu, 2), "wall": round(wall, 2)}) + "\n")
 

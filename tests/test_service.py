@@ -441,8 +441,8 @@ def test_two_server_replicas_on_one_cluster_share_one_compile_and_each_gets_the_
         want = Want.of(setup("Xception", 160), Kind.PLAN, batch=12)
         first.ask("a", [want])
         second.ask("b", [want])
-        # Both services have handed the task to the engine (a service's pending count includes a want its thread
-        # has not submitted yet: the first leaving before the second submits would end the task for good).
+        # Both services have handed the task to the engine before the first leaves (a service's pending count
+        # includes a want its thread has not submitted yet).
         wait_for(lambda: fake_work.CALLS == [12] and engine.client.run_on_scheduler(fake_work.clients_wanting) == 2)
         first.leave("a")  # its visitor left: the other replica still wants the plan
         time.sleep(0.5)

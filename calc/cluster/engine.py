@@ -57,7 +57,7 @@ def engine_config() -> dict[str, Any]:
         # Idle, Dask's defaults keep every process of a cluster busy with what only its diagnostics read: each
         # event loop wakes every 20 ms to time itself, a worker samples its threads' stacks every 10 ms for a
         # profile page nobody opens here, and each process reads its own system figures twice a second. A
-        # cluster of two workers spent 9.8 s of CPU a minute doing nothing; 1.9 s with these
+        # cluster of two workers spent 11 s of CPU a minute doing nothing; 1.9 s with these
         # (``python benchmarks/idle_cluster.py``). The nannies' memory watch keeps its 100 ms.
         "distributed.admin.tick.interval": "1s",
         "distributed.worker.profile.enabled": False,
