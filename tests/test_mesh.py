@@ -266,3 +266,20 @@ def test_the_fewest_cards_double_the_model_axis_until_one_card_fits(tmp_path, mo
     assert found.tried == ((1, 10 * 10**9), (2, 55 * 10**8), (4, 325 * 10**7))
     refused = fewest_cards(spec, config, "l4", 3 * 10**9, 0, runner=_sharded_answer)
     assert refused.model_parallel is None and "split this step" in refused.stopped and len(refused.tried) == 3
+
+
+def test_the_mesh_logits_tool_reads_one_cards_head_product_from_the_partitioned_module():
+    """``tools/mesh_logits.py`` takes the largest output of the head's product (Qwen 2.5 0.5B on a 1x2 mesh, 2 x 128
+    tokens: the vocabulary of 151,936 split in two), whatever the instruction, and nothing else's."""
+    from tests.tools import load_tool
+
+    module = "\n".join([
+        '%fusion.3 = f32[2,128,75968]{2,1,0} fusion(%p0), metadata={op_name="jit(train_step)/jvp(token_embedding)/'
+        'dot_general"}',
+        '%custom-call.9 = (f32[256,75968]{1,0}, s8[4194304]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm",'
+        ' metadata={op_name="jit(train_step)/jvp(token_embedding)/dot_general"}',
+        '%gte = f32[256,75968]{1,0} get-tuple-element(%custom-call.9), index=0, metadata={op_name="jit(train_step)/'
+        'jvp(token_embedding)/dot_general"}',
+        '%sub = f32[2,128,151936]{2,1,0} subtract(%x, %y), metadata={op_name="jit(train_step)/jvp(compile_loss)/sub"}',
+    ])
+    assert load_tool("mesh_logits").head_elements(module) == 256 * 75968
