@@ -47,6 +47,8 @@ class HubModel:
     # Where keras-hub publishes another count than the backbone's (EfficientNet: timm's count of the
     # 1,000-class classifier's trainable parameters), that count; 0 where ``params`` is the published one.
     published_params: int = 0
+    # A causal LM's head is its token embedding (tied), which a layout map splits on a mesh (``calc.xla.kept``).
+    head_tied: bool = False
 
     @property
     def text(self) -> bool:
@@ -75,7 +77,7 @@ def hub_models() -> dict[str, HubModel]:
     data = json.loads(HUB_DATA.read_text())
     return {m["preset"]: HubModel(m["preset"], m["family"], m["task"], int(m["params"]), m["description"],
                                   dict(m["backbone"]), m.get("architecture_source", ""), m.get("params_source", ""),
-                                  int(m.get("published_params", 0)))
+                                  int(m.get("published_params", 0)), bool(m.get("head_tied", False)))
             for m in data["models"]}
 
 

@@ -155,7 +155,7 @@ def xla_answer_for(inputs: Inputs, gpu: GpuPreset) -> XlaAnswer | None:
 def budget_of(setup: Setup, gpu: GpuPreset, inputs: Inputs) -> xla.PlanBudget:
     """What one configuration's plan may take on ``gpu``: the sidebar's margin, or the one its measured record
     asks for (a KerasHub model's is its own)."""
-    return step_budget(gpu, inputs.margin / 100, setup.spec, setup.config.precision.value)
+    return step_budget(gpu, inputs.margin / 100, setup.spec, setup.config.precision.value, setup.config)
 
 
 def curve_wants(setup: Setup, answer: XlaAnswer, start: int) -> list[Want]:
@@ -219,8 +219,7 @@ def fewest_cards_line(spec: HubSpec, answer: XlaAnswer, inputs: Inputs, gpu: Gpu
     from calc.xla.search import known_fewest_cards
 
     config = views.config_of(inputs)
-    found = known_fewest_cards(spec, config, inputs.gpu, answer.budget.plan_bytes,
-                               answer.budget.kept_at(config.per_replica_batch))
+    found = known_fewest_cards(spec, config, inputs.gpu, answer.budget.plan_bytes)
     if found is None or found.model_parallel is None:
         return None
     axis, needed = found.tried[-1]
@@ -367,7 +366,7 @@ def hub_sequence(state: XlaState, inputs: Inputs) -> None:
         return
     setup = state.setup
     view = sequence_view(spec, views.config_of(inputs).per_replica_batch, state.answer,
-                         lambda at: state.known_of(replace(setup, spec=at)))
+                         lambda at: state.known_of(replace(setup, spec=at)), setup.config)
     st.subheader(tr("Sequence length"))
     st.caption(sequence_line(view))
     if view.points:

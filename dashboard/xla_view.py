@@ -14,10 +14,10 @@ from typing import Callable
 
 from calc.gpus import GpuPreset
 from calc.hub import HubSpec, lora_counts
-from calc.types import MemoryBreakdown
+from calc.types import MemoryBreakdown, TrainingConfig
 from calc.xla import KnownPlans, MaxBatch, PeakExplained, PlanBudget, XlaPlan
 from calc.validation.report import walk_to_xla_range
-from calc.xla.kept import LOGITS, WORKSPACE
+from calc.xla.kept import LOGITS, WORKSPACE, share_text
 from calc.xla.search import XlaMaxSequence, known_sequence_search
 from dashboard.i18n import mark, tr
 from dashboard.lesson import Term
@@ -190,10 +190,14 @@ def kept_line(answer: XlaAnswer, inputs: Inputs) -> str:
     record = (tr("{cases} KerasHub steps measured on an H200 (XLA's autotuner on)", cases=budget.measured.cases)
               if budget.measured.record == "hub_h200" else
               tr("{cases} steps of TensorFlow's XLA step measured on an H100", cases=budget.measured.cases))
+    share = "" if budget.kept.share == (1, 1) else tr(
+        "on this mesh one card's share, {share} × a replica's logits, as the layout map splits the head tied "
+        "to the token embedding (vocabulary on the model axis, hidden size on the data axis); ",
+        share=share_text(budget.kept.share))
     mechanism = {
         LOGITS: tr("{bytes} for one buffer of the step's logits (batch × tokens × vocabulary × the compute dtype's "
                    "bytes), which XLA's autotuner kept beside the plan on the steps measured; ",
-                   bytes=fmt(budget.kept_at(batch), inputs)),
+                   bytes=fmt(budget.kept_at(batch), inputs)) + share,
         WORKSPACE: tr("{bytes} for a cuDNN workspace as large as the largest convolution's input and output, which "
                       "bounded what TensorFlow's XLA step took beside the plan on the large steps measured; ",
                       bytes=fmt(budget.kept_at(batch), inputs)),
@@ -547,12 +551,12 @@ class SequenceView:
     usable_bytes: int
 
 
-def sequence_view(spec: HubSpec, batch: int, answer: XlaAnswer,
-                  known_of: Callable[[HubSpec], KnownPlans]) -> SequenceView:
+def sequence_view(spec: HubSpec, batch: int, answer: XlaAnswer, known_of: Callable[[HubSpec], KnownPlans],
+                  config: TrainingConfig | None = None) -> SequenceView:
     """The search for the longest sequence at one device's ``batch`` replayed over the plans known
-    (``known_of`` gives a length's plans); nothing is compiled here."""
+    (``known_of`` gives a length's plans; ``config``: the mesh, where there is one); nothing is compiled here."""
     budget = answer.budget
-    found, read = known_sequence_search(spec, batch, budget.plan_bytes, known_of)
+    found, read = known_sequence_search(spec, batch, budget.plan_bytes, known_of, config)
     done = found if isinstance(found, XlaMaxSequence) else None
     return SequenceView(batch, tuple((n, b + budget.overhead_bytes) for n, b in sorted(read.items())),
                         None if done is None else done.max_sequence, None if done is None else done.exceeds,

@@ -1398,6 +1398,11 @@ def test_a_kerashub_mesh_link_shows_one_cards_plan_and_says_what_the_mesh_is():
     assert any("each of the 4 GPUs (batch 1 each)" in v.value for v in [*at.success, *at.error])
     # A catalogue model has no layout map: its mesh is data parallel, whatever the link says.
     assert views_config({**SMALL, **mesh}).model_parallel == 1
+    # On a 1x2 mesh a card keeps half of the logits free: the model axis splits Gemma's head, its token embedding.
+    put_hub_plan(hub_analysis(1), model_parallel="2")
+    split = app({**HUB, "model_parallel": "2"})
+    assert any(f"{fmt(HUB_KEPT // 2, Inputs())} for one buffer of the step's logits" in c.value
+               and "on this mesh one card's share, 1/2 × a replica's logits" in c.value for c in split.caption)
 
 
 def test_a_quantized_kerashub_plan_shows_its_kernels_and_scales_apart():
@@ -1429,7 +1434,7 @@ def test_the_estimator_names_the_fewest_cards_the_compiled_plans_say_fit():
     assert not any(c.value.startswith("Fewest") for c in app(HUB).caption)
     two = put_hub_plan(hub_analysis(1), model_parallel="2")
     at = app(HUB)
-    kept = HUB_KEPT
+    kept = HUB_KEPT // 2  # on the 1x2 mesh a card's half of the logits: the model axis splits Gemma's tied head
     assert any(c.value.startswith(f"Fewest L4 24 GB that train this at batch 1: 2 (a 1x2 mesh, "
                                   f"{fmt(two.peak_bytes + kept, Inputs())} a card with the bytes kept free), from "
                                   "XLA's plans compiled for 1, 2 card(s)") for c in at.caption)
@@ -1468,8 +1473,9 @@ def test_compare_answers_kerashub_presets_on_the_sidebars_mesh_and_quantization(
 
 def test_compare_doubles_the_cards_sharing_the_weights_until_one_fits():
     """Compare's cards x count: one L4 plans 30 GB (too much), a 1x2 mesh fits; each cell is one card's plan and
-    the bytes kept free beside it, as the Estimator's verdict reckons it; the larger meshes are not planned, and
-    a card with no plan yet says it is not planned (compiles are off here)."""
+    the bytes kept free beside it, as the Estimator's verdict reckons it (on the 1x2 mesh half of the logits: the
+    model axis splits Gemma's head, its token embedding); the larger meshes are not planned, and a card with no
+    plan yet says it is not planned (compiles are off here)."""
     from dashboard.views import fmt
 
     one = put_hub_plan({**hub_analysis(1), "temp_bytes": 30 * 10**9})
@@ -1479,7 +1485,7 @@ def test_compare_doubles_the_cards_sharing_the_weights_until_one_fits():
     grid = {row["card"]: row for row in at.dataframe[-1].value.to_dict("records")}
     assert grid["L4 24 GB"] == {"model": "gemma2_2b_en", "card": "L4 24 GB",
                                 "1 card": f"{fmt(one.peak_bytes + HUB_KEPT, Inputs())}: too much",
-                                "1x2 mesh: 2 cards": f"{fmt(two.peak_bytes + HUB_KEPT, Inputs())}: fits",
+                                "1x2 mesh: 2 cards": f"{fmt(two.peak_bytes + HUB_KEPT // 2, Inputs())}: fits",
                                 "1x4 mesh: 4 cards": "—", "1x8 mesh: 8 cards": "—"}
     t4 = grid[GPU_PRESETS["t4"].name]
     assert t4["1 card"] == "not planned" and t4["1x2 mesh: 2 cards"] == "—"

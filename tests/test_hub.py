@@ -77,7 +77,8 @@ def test_every_preset_is_built_without_its_weights_to_its_published_parameter_co
         "counts = {p: c[0] for p, c in each.items()}\n"
         "timm = {p: c[1] for p, c in each.items() if c[1] is not None}\n"
         "lora = {p: c[2] for p, c in each.items()}\n"
-        "print(json.dumps({'counts': counts, 'lora': lora, 'timm': timm,\n"
+        "tied = {p: c[3] for p, c in each.items()}\n"
+        "print(json.dumps({'counts': counts, 'lora': lora, 'timm': timm, 'tied': tied,\n"
         "                  'rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
     assert answer["counts"] == {p: m.params for p, m in hub_models().items()}
     # Where keras-hub publishes timm's count (EfficientNet, CSPNet), it is the 1,000-class classifier's trainable
@@ -93,6 +94,9 @@ def test_every_preset_is_built_without_its_weights_to_its_published_parameter_co
     refused = {p: answer["lora"][p] for p, m in hub_models().items() if m.family in NO_ATTENTION}
     assert len(refused) >= 13 and set(refused.values()) == {0}
     assert sum(answer["counts"].values()) > 70e9 and answer["rss"] < 3 * 2**30
+    # A causal LM's head is its token embedding exactly where the data file says so (the logits a mesh splits).
+    causal = {p: m.head_tied for p, m in hub_models().items() if m.task == "causal_lm"}
+    assert causal == {p: answer["tied"][p] for p in causal} and 0 < sum(causal.values()) < len(causal)
 
 
 @needs_plan

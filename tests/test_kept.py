@@ -26,6 +26,34 @@ def test_a_causal_lm_keeps_one_sequences_logits_and_other_kerashub_models_nothin
     assert kept_for(make_hub_spec("vit_base_patch16_224_imagenet"), "") == Kept()
 
 
+def test_a_card_of_a_mesh_keeps_its_share_of_the_logits_where_the_model_axis_splits_a_tied_head():
+    """Gemma's head is its token embedding, whose vocabulary the layout map puts on the model axis and its hidden
+    size on the data axis: a card holds DATA / MODEL replicas' logits (``tools/mesh_logits.py`` reads it from XLA's
+    partitioned module). Llama 3's head has its own weights: every card holds one replica's."""
+    from calc.types import TrainingConfig
+    from calc.xla.budget import kept_lines, step_budget
+    from calc.gpus import GPU_PRESETS
+
+    gemma, llama = make_hub_spec("gemma2_9b_en", 512, 4), make_hub_spec("llama3_8b_en", 512, 4)
+    replica = 512 * 256_000 * 2
+
+    def mesh(data, model):
+        return TrainingConfig(batch_size=4 * data, num_gpus=data, model_parallel=model, device="gpu")
+
+    assert kept_for(gemma, "", mesh(1, 2)) == Kept(LOGITS, replica // 2, (1, 2))
+    assert kept_for(gemma, "", mesh(1, 4)).per_sample_bytes == replica // 4
+    assert kept_for(gemma, "", mesh(2, 2)) == Kept(LOGITS, replica)  # 2/2: one replica's
+    assert kept_for(gemma, "", mesh(4, 2)).at(4) == 4 * 2 * replica  # the batch gathered over the data axis
+    assert kept_for(gemma, "", mesh(4, 1)) == kept_for(gemma, "") == Kept(LOGITS, replica)  # data parallel: each its own
+    assert kept_for(llama, "", mesh(1, 4)) == kept_for(llama, "") == Kept(LOGITS, 512 * 128_256 * 2)
+    budget = step_budget(GPU_PRESETS["l4"], 0.0, gemma, "", mesh(1, 2))
+    assert budget.kept_at(4) == 4 * replica // 2
+    assert "one card's share: 1/2 x a replica's" in kept_lines(budget, 4)[0]
+    assert "one card's share: 2 x a replica's" in kept_lines(step_budget(GPU_PRESETS["l4"], 0.0, gemma, "",
+                                                                         mesh(4, 2)), 4)[0]
+    assert "share" not in kept_lines(step_budget(GPU_PRESETS["l4"], 0.0, gemma, ""), 4)[0]
+
+
 def test_the_largest_batch_keeps_the_mechanisms_bytes_beside_each_plan():
     # Plans on a line: 400 + 81.25 b; kept free beside them 18 b, so a batch needs 400 + 99.25 b.
     curve = PlanCurve.of([CompiledPoint(16, 1_700, 1_500), CompiledPoint(64, 5_600, 5_300)], 10**6)

@@ -255,16 +255,19 @@ def _sharded_answer(request):
 
 @needs_plan
 def test_the_fewest_cards_double_the_model_axis_until_one_card_fits(tmp_path, monkeypatch):
-    """One card needs 10 GB, two 5.5, four 3.25 (the weights halve, the temporaries stay): with 4 GB a card the
-    answer is four; with 3 GB the search meets the partitioner's refusal at eight and says so."""
+    """One card's plan is 10 GB, two cards' 5.5, four's 3.25 (the weights halve, the temporaries stay), and beside
+    each its share of one replica's logits (3 x 512 tokens x 256,000 words x 2 bytes): Gemma's head is its token
+    embedding, whose vocabulary the model axis splits, so a card of a 1xM mesh keeps 1/M of them. With 4 GB a card
+    the answer is four; with 3 GB the search meets the partitioner's refusal at eight and says so."""
     from calc.xla.search import fewest_cards
 
     monkeypatch.setenv("CALC_CACHE_DIR", str(tmp_path))
     spec, config = make_hub_spec("gemma2_9b_en", 512, 4), TrainingConfig(batch_size=3, device="gpu")  # none shipped
-    found = fewest_cards(spec, config, "l4", 4 * 10**9, 0, runner=_sharded_answer)
+    logits = 3 * 512 * 256_000 * 2
+    found = fewest_cards(spec, config, "l4", 4 * 10**9, runner=_sharded_answer)
     assert found.model_parallel == 4 and found.stopped == ""
-    assert found.tried == ((1, 10 * 10**9), (2, 55 * 10**8), (4, 325 * 10**7))
-    refused = fewest_cards(spec, config, "l4", 3 * 10**9, 0, runner=_sharded_answer)
+    assert found.tried == ((1, 10 * 10**9 + logits), (2, 55 * 10**8 + logits // 2), (4, 325 * 10**7 + logits // 4))
+    refused = fewest_cards(spec, config, "l4", 3 * 10**9, runner=_sharded_answer)
     assert refused.model_parallel is None and "split this step" in refused.stopped and len(refused.tried) == 3
 
 
@@ -283,3 +286,24 @@ def test_the_mesh_logits_tool_reads_one_cards_head_product_from_the_partitioned_
         '%sub = f32[2,128,151936]{2,1,0} subtract(%x, %y), metadata={op_name="jit(train_step)/jvp(compile_loss)/sub"}',
     ])
     assert load_tool("mesh_logits").head_elements(module) == 256 * 75968
+
+
+@needs_plan
+@pytest.mark.keras
+def test_xlas_partitioner_leaves_a_card_the_logits_share_the_verdict_keeps():
+    """Compiled at toy size (``tools/mesh_logits.py``): Gemma on a 4x2 mesh, whose tied head's product a card holds
+    for two replicas (the batch gathered over the data axis), and Llama 3 on 1x2, whose own head leaves each card
+    one replica's, are what ``calc.xla.kept`` keeps (2 sequences of 32 tokens a replica, 1,024 words)."""
+    from calc.hub import HubModel
+    from calc.xla.kept import logits_share
+    from tests.tools import load_tool
+
+    tool = load_tool("mesh_logits")
+    replica = tool.PER_REPLICA * tool.TOKENS * tool.VOCABULARY
+    for name, mesh in (("Gemma", "4x2"), ("Llama 3", "1x2")):
+        family, figures, tied = tool.FAMILIES[name]
+        data, model = map(int, mesh.split("x"))
+        toy = HubModel("toy", family, "causal_lm", 0, "", figures, head_tied=tied)
+        config = TrainingConfig(batch_size=2 * data, num_gpus=data, model_parallel=model, device="gpu")
+        numerator, denominator = logits_share(toy, config)
+        assert tool.per_card(name, mesh) == replica * numerator // denominator, (name, mesh)

@@ -7,7 +7,7 @@ Qwen with its head tied to the token embedding or not, Llama 3) at toy size (2 l
 4 heads: the layout map's divisions hold) on data x model meshes of L4 cards, with LoRA 4, 2 sequences of
 32 tokens a replica, float32, and reads from the partitioned module the output of the head's matrix product
 (``jvp(token_embedding)/dot_general``) on one card. Prints its elements against one replica's logits
-(2 x 32 x 1,024 = 65,536), which is what the verdict keeps today.
+(2 x 32 x 1,024 = 65,536); ``calc.xla.kept`` keeps DATA / MODEL of them where the head is tied.
 
     python tools/mesh_logits.py                 # every family on 1x2, 1x4, 2x1, 2x2, 2x4, 4x2
     python tools/mesh_logits.py --meshes 1x2    # fewer meshes
@@ -72,6 +72,21 @@ def one(name: str, mesh: str) -> int:
     return head_elements(dumped.read_text())
 
 
+def per_card(name: str, mesh: str) -> int | str:
+    """The head's per-card elements of family ``name`` on ``mesh``, compiled in a child in a plan worker's
+    environment with the module dumped; the child's last line of error where it fails."""
+    from calc.workers.plans import plan_env
+
+    with tempfile.TemporaryDirectory(prefix="mesh-logits-") as dump:
+        env = plan_env(dump)
+        env["XLA_FLAGS"] += " --xla_dump_hlo_as_text"
+        done = subprocess.run([sys.executable, __file__, "--one", name, mesh], env=env, capture_output=True,
+                              text=True, check=False)
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return int(done.stdout.split()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--meshes", default=",".join(MESHES), help="DATAxMODEL meshes, comma-separated")
@@ -80,23 +95,16 @@ def main() -> int:
     if args.one:
         print(one(*args.one))
         return 0
-    from calc.workers.plans import plan_env
-
     replica = PER_REPLICA * TOKENS * VOCABULARY
     print(f"one replica's logits: {PER_REPLICA} x {TOKENS} x {VOCABULARY:,} = {replica:,} elements "
-          "(what the verdict keeps)")
+          "(a card's share: DATA/MODEL of them where the head is tied, calc.xla.kept)")
     print(f"{'family':14s} {'head tied':9s} {'mesh':5s} {'one card holds':>15s} {'x replica':>9s}")
     for name, (_, _, tied) in FAMILIES.items():
         for mesh in args.meshes.split(","):
-            with tempfile.TemporaryDirectory(prefix="mesh-logits-") as dump:
-                env = plan_env(dump)
-                env["XLA_FLAGS"] += " --xla_dump_hlo_as_text"
-                done = subprocess.run([sys.executable, __file__, "--one", name, mesh], env=env, capture_output=True,
-                                      text=True, check=False)
-            if done.returncode != 0:
-                print(f"{name:14s} {mesh}: failed: {done.stderr.strip().splitlines()[-1:]}")
+            elements = per_card(name, mesh)
+            if isinstance(elements, str):
+                print(f"{name:14s} {mesh}: failed: {elements}")
                 continue
-            elements = int(done.stdout.split()[-1])
             print(f"{name:14s} {'yes' if tied else 'no':9s} {mesh:5s} {elements:15,} {elements / replica:9.2f}")
     return 0
 

@@ -110,8 +110,9 @@ def sequence_families(spec, config, gpu: str, margin: float):
 
     if not spec.model.text:
         return []
-    _, read = known_sequence_search(spec, config.batch_size, step_budget(GPU_PRESETS[gpu], margin, spec, "").plan_bytes,
-                                    lambda at: xla.known_plans(at, config, gpu))
+    _, read = known_sequence_search(spec, config.batch_size,
+                                    step_budget(GPU_PRESETS[gpu], margin, spec, "", config).plan_bytes,
+                                    lambda at: xla.known_plans(at, config, gpu), config)
     return [replace(spec, sequence_length=n) for n in read]
 
 

@@ -142,7 +142,7 @@ def _print_plan(args: argparse.Namespace, name: str, config: TrainingConfig, gpu
                 hub: dict[str, Any] | None = None, notes: list[str] | None = None) -> int:
     from calc.xla.budget import kept_lines, step_budget
 
-    budget = step_budget(gpu, args.margin, _plan_spec(args), config.precision.value)
+    budget = step_budget(gpu, args.margin, _plan_spec(args), config.precision.value, config)
     kept = budget.kept_at(config.per_replica_batch)
     needed = plan.peak_bytes + kept + gpu.overhead_bytes
     out: dict[str, Any] = {
@@ -284,7 +284,7 @@ def _print_max_batch_xla(args: argparse.Namespace, name: str, config: TrainingCo
     from calc.xla.budget import kept_lines, step_budget
 
     spec = _plan_spec(args)
-    budget = step_budget(gpu, args.margin, spec, config.precision.value)
+    budget = step_budget(gpu, args.margin, spec, config.precision.value, config)
     try:
         found = plan_max_batch(spec, config, gpu.key, budget.plan_bytes, max(1, walk // config.num_gpus),
                                "" if args.remat == "none" else args.remat, kept_per_sample=budget.kept.per_sample_bytes)
@@ -356,7 +356,7 @@ def cmd_fewest_cards(args: argparse.Namespace) -> int:
     """The fewest cards of a preset that train a KerasHub setup at its batch: the model axis doubled until one card's
     plan fits (the preset's layout map shards the weights), each plan read or compiled."""
     from calc.xla.budget import step_budget
-    from calc.xla.search import MODEL_AXES, fewest_cards
+    from calc.xla.search import MODEL_AXES, fewest_cards, kept_on_axis
 
     if not is_hub(args):
         raise ValueError("fewest-cards takes a KerasHub model: a Keras application has no layout map to shard by.")
@@ -365,14 +365,14 @@ def cmd_fewest_cards(args: argparse.Namespace) -> int:
         raise ValueError("fewest-cards chooses the model axis itself: give the data-parallel replicas alone "
                          "(--gpus N or --mesh Nx1).")
     budget = step_budget(gpu, args.margin, spec, "")
-    kept = budget.kept_at(config.per_replica_batch)
-    found = fewest_cards(spec, config, gpu.key, budget.plan_bytes, kept, remat="" if args.remat == "none" else args.remat)
+    found = fewest_cards(spec, config, gpu.key, budget.plan_bytes, remat="" if args.remat == "none" else args.remat)
     cards = None if found.model_parallel is None else config.num_gpus * found.model_parallel
     out = {"model": spec.key, "step": "xla", "gpu": gpu.key, "batch_size": config.batch_size,
            "data_parallel": config.num_gpus, "model_parallel": found.model_parallel, "cards": cards,
-           "margin": budget.margin, "budget_bytes": budget.plan_bytes, "kept_free_bytes": kept,
-           "tried": [{"mesh": f"{config.num_gpus}x{m}", "needed_bytes": n, "fits": n <= budget.plan_bytes}
-                     for m, n in found.tried], "stopped": found.stopped or None}
+           "margin": budget.margin, "budget_bytes": budget.plan_bytes,
+           "tried": [{"mesh": f"{config.num_gpus}x{m}", "needed_bytes": n, "fits": n <= budget.plan_bytes,
+                      "kept_free_bytes": kept_on_axis(spec, config, m)} for m, n in found.tried],
+           "stopped": found.stopped or None}
     tried = "; ".join(f"{config.num_gpus}x{m} needs {n / GIB:.2f} GiB a card" for m, n in found.tried)
     if cards is not None:
         head = f"fewest cards: {cards} ({config.num_gpus}x{found.model_parallel} mesh)"
@@ -399,7 +399,7 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
     spec, config, gpu = _hub_setup(args)
     if not spec.model.text:
         raise ValueError(f"{spec.preset} is an image model: it has no sequence to lengthen.")
-    budget = step_budget(gpu, args.margin, spec, "")
+    budget = step_budget(gpu, args.margin, spec, "", config)
     try:
         found = plan_max_sequence(spec, config, gpu.key, budget.plan_bytes, "" if args.remat == "none" else args.remat)
     except PlanError as exc:
@@ -424,6 +424,7 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
         f"the plan and the bytes kept free beside it, after the framework overhead); {found.compiles} plans read "
         f"or compiled",
         *(f"  kept free at {found.max_sequence:,} tokens: {line}" for line in
-          kept_lines(replace(budget, kept=kept_for(replace(spec, sequence_length=max(1, found.max_sequence)), "")),
+          kept_lines(replace(budget, kept=kept_for(replace(spec, sequence_length=max(1, found.max_sequence)), "",
+                                                   config)),
                      config.per_replica_batch))])
     return 0

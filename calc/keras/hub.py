@@ -105,17 +105,18 @@ def quantized_policies(model: HubModel, mode: str) -> Any:
     return policy_map
 
 
-def parameter_counts(model: HubModel, lora_rank: int, classes: int) -> tuple[int, int | None, int]:
+def parameter_counts(model: HubModel, lora_rank: int, classes: int) -> tuple[int, int | None, int, bool]:
     """From one build of the preset's backbone (no backbone weight made): its parameters; where keras-hub
     publishes timm's count (``published_params``), the trainable parameters of its image classifier with
-    ``classes`` outputs (the head is made), else None; and the backbone's trainable parameters once LoRA is
-    enabled on it at ``lora_rank``."""
+    ``classes`` outputs (the head is made), else None; the backbone's trainable parameters once LoRA is
+    enabled on it at ``lora_rank``; and whether its token embedding is tied to a language-model head."""
     import keras
     import keras_hub
 
     keras.backend.clear_session()
     backbone = deferred_backbone(model)
     params = int(backbone.count_params())
+    tied = bool(getattr(getattr(backbone, "token_embedding", None), "tie_weights", False))
     classifier = None
     if model.published_params:
         task = getattr(keras_hub.models, f"{model.family}{TASK_CLASS[model.task]}")(
@@ -123,7 +124,7 @@ def parameter_counts(model: HubModel, lora_rank: int, classes: int) -> tuple[int
         classifier = sum(math.prod(v.shape) for v in task.trainable_weights)
     with _deferred():
         backbone.enable_lora(rank=lora_rank)
-    return params, classifier, sum(math.prod(v.shape) for v in backbone.trainable_weights)
+    return params, classifier, sum(math.prod(v.shape) for v in backbone.trainable_weights), tied
 
 
 def hub_training_model(spec: HubSpec, config: TrainingConfig, remat: str | None = None) -> Any:

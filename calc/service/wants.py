@@ -136,7 +136,7 @@ class Want:
         spec, setup = self.setup.spec, self.setup
         assert isinstance(spec, HubSpec)
         return known_sequence_search(spec, self.batch, self.budget_bytes,
-                                     lambda at: known_of(replace(setup, spec=at)))[0]
+                                     lambda at: known_of(replace(setup, spec=at)), setup.config)[0]
 
     def next_task(self, known_of: Callable[[Setup], xla.KnownPlans],
                   built: Callable[[ModelSpec], bool] = lambda spec: False) -> Task | None:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from calc.catalogue import ModelFile, ModelSpec
 from calc.gpus import GpuPreset
 from calc.hub import HubSpec
+from calc.types import TrainingConfig
 from calc.validation.margins import PlanMargin, hub_plan_margin, plan_margin
-from calc.xla.kept import LOGITS, WORKSPACE, Kept, kept_for
+from calc.xla.kept import LOGITS, WORKSPACE, Kept, kept_for, share_text
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,12 @@ def plan_budget(gpu: GpuPreset, user_margin: float, hub: bool = False, kept: Kep
     return PlanBudget(gpu.memory_bytes, gpu.overhead_bytes, user_margin, measured, kept)
 
 
-def step_budget(gpu: GpuPreset, user_margin: float, spec: ModelSpec | ModelFile | HubSpec, precision: str) -> PlanBudget:
-    """``plan_budget`` for one step of ``spec``: its record (a KerasHub model's or the catalogue's) and its
-    mechanism's bytes (``precision``: the catalogue's; a KerasHub model's dtype is its own)."""
-    return plan_budget(gpu, user_margin, hub=isinstance(spec, HubSpec), kept=kept_for(spec, precision))
+def step_budget(gpu: GpuPreset, user_margin: float, spec: ModelSpec | ModelFile | HubSpec, precision: str,
+                config: TrainingConfig | None = None) -> PlanBudget:
+    """``plan_budget`` for one card of a step of ``spec``: its record (a KerasHub model's or the catalogue's) and
+    its mechanism's bytes (``precision``: the catalogue's; a KerasHub model's dtype is its own; ``config``: its
+    mesh, where it has one)."""
+    return plan_budget(gpu, user_margin, hub=isinstance(spec, HubSpec), kept=kept_for(spec, precision, config))
 
 
 MECHANISMS = {
@@ -81,7 +84,9 @@ def kept_lines(budget: PlanBudget, batch: int, gib: float = float(1 << 30)) -> l
     kept = budget.kept_at(batch)
     lines = []
     if kept:
-        lines.append(f"{kept / gib:.3f} GiB for {MECHANISMS[budget.kept.mechanism]}")
+        share = (f" (on this mesh one card's share: {share_text(budget.kept.share)} x a replica's, as the layout map "
+                 "splits the head tied to the token embedding)" if budget.kept.share != (1, 1) else "")
+        lines.append(f"{kept / gib:.3f} GiB for {MECHANISMS[budget.kept.mechanism]}{share}")
     measured = budget.measured
     lines.append(f"{measured.fraction:.1%} of the card: the most the {measured.cases} {RECORDS[measured.record]} "
                  f"took beyond their plans{' and those bytes' if budget.kept.mechanism else ''} "

@@ -6,7 +6,11 @@ XLA's plan is compiled for the card without one, so what the card's own compile 
 - **A causal LM's logits** (``LOGITS``): on an H200 with XLA's autotuner on (as a user runs), the steps
   whose process peaked over their plan did so by one buffer the size of the step's logits in the
   compute dtype (batch x tokens x vocabulary x 2 bytes in bfloat16; docs/KERASHUB.md). A text step with
-  a language-model head keeps that buffer free.
+  a language-model head keeps that buffer free. The autotuner tunes each card's own partitioned
+  program, so on a mesh it is one card's logits: one replica's where the head has its own weights, and
+  DATA / MODEL replicas' where the head is the token embedding, whose vocabulary the layout map puts on
+  the model axis and its hidden size on the data axis (XLA's partitioner gathers the batch over the data
+  axis to contract it; ``tools/mesh_logits.py`` reads it from the partitioned module, docs/MESHES.md).
 - **A convolution's cuDNN workspace** (``WORKSPACE``): TensorFlow's XLA step asks cuDNN's autotuner for
   each convolution's algorithm on the card, and the chosen algorithm's workspace is live while it
   runs; the plan gives every convolution none. Where the steps measured on an H100 were large, the
@@ -22,10 +26,12 @@ same bytes whether or not the ledger at this size was built.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from calc.catalogue import ModelFile, ModelSpec, make_spec
-from calc.hub import HubSpec
+from calc.hub import HubModel, HubSpec
+from calc.types import TrainingConfig
 
 LOGITS = "logits"
 WORKSPACE = "conv_workspace"
@@ -39,6 +45,7 @@ class Kept:
 
     mechanism: str = ""  # LOGITS, WORKSPACE, or "" where the step has neither
     per_sample_bytes: int = 0
+    share: tuple[int, int] = (1, 1)  # of one replica's logits, one card's (``logits_share``)
 
     def at(self, batch: int) -> int:
         """The bytes at one device's ``batch``."""
@@ -50,12 +57,29 @@ def compute_bytes(dtype_or_precision: str) -> int:
     return 4 if dtype_or_precision == "float32" else 2
 
 
-def logits_per_sample(spec: HubSpec) -> int:
-    """A causal LM's logits for one sequence: tokens x vocabulary x the compute dtype's bytes (0 for other tasks)."""
+def logits_share(model: HubModel, config: TrainingConfig | None) -> tuple[int, int]:
+    """The replicas' logits one card of ``config``'s mesh holds, as a reduced (numerator, denominator): DATA / MODEL
+    where a model axis splits a head tied to the token embedding, else one replica's (1, 1)."""
+    if config is None or config.model_parallel == 1 or not model.head_tied:
+        return 1, 1
+    common = math.gcd(config.num_gpus, config.model_parallel)
+    return config.num_gpus // common, config.model_parallel // common
+
+
+def share_text(share: tuple[int, int]) -> str:
+    """A share as the pages and the command line write it: "1/2", "2"."""
+    return f"{share[0]}/{share[1]}" if share[1] > 1 else str(share[0])
+
+
+def logits_per_sample(spec: HubSpec, config: TrainingConfig | None = None) -> int:
+    """A causal LM's logits for one sequence on one card: tokens x vocabulary x the compute dtype's bytes, times
+    ``logits_share`` on ``config``'s mesh (0 for other tasks)."""
     model = spec.model
     if model.task != "causal_lm":
         return 0
-    return spec.sequence_length * int(model.backbone.get("vocabulary_size", 0)) * compute_bytes(spec.dtype)
+    numerator, denominator = logits_share(model, config)
+    whole = spec.sequence_length * int(model.backbone.get("vocabulary_size", 0)) * compute_bytes(spec.dtype)
+    return -(-whole * numerator // denominator)
 
 
 def _largest_convolution(profile) -> int:
@@ -101,11 +125,11 @@ def convolution_per_sample(spec: ModelSpec | ModelFile, precision: str) -> int:
     return elements * compute_bytes(precision)
 
 
-def kept_for(spec: ModelSpec | ModelFile | HubSpec, precision: str) -> Kept:
-    """What a step of ``spec`` keeps free beside its plan (``precision``: the catalogue's; a KerasHub model's
-    compute dtype is its own)."""
+def kept_for(spec: ModelSpec | ModelFile | HubSpec, precision: str, config: TrainingConfig | None = None) -> Kept:
+    """What one card of a step of ``spec`` keeps free beside its plan (``precision``: the catalogue's; a KerasHub
+    model's compute dtype is its own; ``config``: its mesh, where it has one)."""
     if isinstance(spec, HubSpec):
-        logits = logits_per_sample(spec)
-        return Kept(LOGITS, logits) if logits else Kept()
+        logits = logits_per_sample(spec, config)
+        return Kept(LOGITS, logits, logits_share(spec.model, config)) if logits else Kept()
     workspace = convolution_per_sample(spec, precision)
     return Kept(WORKSPACE, workspace) if workspace else Kept()

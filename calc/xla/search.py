@@ -17,7 +17,7 @@ from calc.hub import HubSpec
 from calc.types import MAX_DEVICES_PER_HOST, TrainingConfig
 from calc.xla.compute import KnownPlans, compute_plan, known_curve
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
-from calc.xla.kept import logits_per_sample
+from calc.xla.kept import kept_for, logits_per_sample
 
 
 @dataclass(frozen=True)
@@ -154,14 +154,14 @@ def sequence_search(peak_at: Callable[[int], int | None], usable_bytes: int, sta
         return int(missing.args[0])
 
 
-def kept_at_length(spec: HubSpec, batch: int, n: int) -> int:
+def kept_at_length(spec: HubSpec, batch: int, n: int, config: TrainingConfig | None = None) -> int:
     """The bytes a verdict keeps free beside the plan of ``spec`` at ``n`` tokens and one-device ``batch``
-    (``calc.xla.kept``: a causal LM's logits grow with the sequence)."""
-    return batch * logits_per_sample(replace(spec, sequence_length=n))
+    (``calc.xla.kept``: a causal LM's logits grow with the sequence; ``config``: its mesh, where it has one)."""
+    return batch * logits_per_sample(replace(spec, sequence_length=n), config)
 
 
-def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int,
-                          known_of: Callable[[HubSpec], KnownPlans]) -> tuple[XlaMaxSequence | int, dict[int, int]]:
+def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int, known_of: Callable[[HubSpec], KnownPlans],
+                          config: TrainingConfig | None = None) -> tuple[XlaMaxSequence | int, dict[int, int]]:
     """``sequence_search`` for a KerasHub text model at one-device ``batch``, from the spec's length, over
     the plans ``known_of`` gives each length (nothing is compiled): its answer or the next length to
     compile, and what every length it read needs (its plan and the bytes kept free beside it)."""
@@ -170,7 +170,7 @@ def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int,
     def peak_at(n: int) -> int | None:
         plan = known_of(replace(spec, sequence_length=n)).plans.get(batch)
         if plan is not None:
-            read[n] = plan.peak_bytes + kept_at_length(spec, batch, n)
+            read[n] = plan.peak_bytes + kept_at_length(spec, batch, n, config)
         return None if plan is None else read[n]
 
     return sequence_search(peak_at, usable_bytes, spec.sequence_length, spec.model.sequence_limit), read
@@ -184,7 +184,7 @@ def plan_max_sequence(spec: HubSpec, config: TrainingConfig, gpu_key: str, usabl
     faster than the sequence, so no line is drawn). ``compiled`` holds what each length needs."""
     return longest_fitting(lambda n: compute_plan(replace(spec, sequence_length=n), config, gpu_key, remat,
                                                   **kwargs).peak_bytes + kept_at_length(spec, config.per_replica_batch,
-                                                                                        n),
+                                                                                        n, config),
                            usable_bytes, spec.sequence_length, spec.model.sequence_limit)
 
 
@@ -200,11 +200,12 @@ class FewestCards:
     stopped: str = ""  # why the search stopped before an axis that fits (XLA's or Keras's refusal), or ""
 
 
-def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_bytes: int, kept_bytes: int,
+def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_bytes: int,
                  **kwargs: Any) -> FewestCards:
     """The fewest cards of ``gpu_key`` that train ``config`` (its batch, its data-parallel replicas): the model axis
-    doubled from one card until one card's plan and ``kept_bytes`` beside it fit ``budget_bytes``. A setup the
-    preset's layout map cannot shard (no map; a refusal of XLA's partitioner) stops with the refusal."""
+    doubled from one card until one card's plan and the bytes kept free beside it on that mesh (``kept_on_axis``)
+    fit ``budget_bytes``. A setup the preset's layout map cannot shard (no map; a refusal of XLA's partitioner)
+    stops with the refusal."""
     from calc.xla.plan import PlanError
 
     def peak(axis: int) -> int | str:
@@ -213,18 +214,23 @@ def fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_byt
         except PlanError as exc:
             return str(exc)
 
-    return _doubled(peak, budget_bytes, kept_bytes)
+    return _doubled(peak, budget_bytes, lambda axis: kept_on_axis(spec, config, axis))
 
 
-def _doubled(peak_of: Callable[[int], int | str], budget_bytes: int, kept_bytes: int) -> FewestCards:
-    """The model axis doubled (``MODEL_AXES``) until one card's peak (``peak_of``) and ``kept_bytes`` fit
-    ``budget_bytes``; stopped where ``peak_of`` gives a reason instead of a peak."""
+def kept_on_axis(spec: HubSpec, config: TrainingConfig, axis: int) -> int:
+    """What one card keeps free beside its plan on a model axis of ``axis`` cards (``calc.xla.kept``)."""
+    return kept_for(spec, "", on_model_axis(config, axis)).at(config.per_replica_batch)
+
+
+def _doubled(peak_of: Callable[[int], int | str], budget_bytes: int, kept_of: Callable[[int], int]) -> FewestCards:
+    """The model axis doubled (``MODEL_AXES``) until one card's peak (``peak_of``) and the bytes kept free beside
+    it (``kept_of``) fit ``budget_bytes``; stopped where ``peak_of`` gives a reason instead of a peak."""
     tried: list[tuple[int, int]] = []
     for axis in MODEL_AXES:
         peak = peak_of(axis)
         if isinstance(peak, str):
             return FewestCards(None, tuple(tried), peak)
-        tried.append((axis, peak + kept_bytes))
+        tried.append((axis, peak + kept_of(axis)))
         if tried[-1][1] <= budget_bytes:
             return FewestCards(axis, tuple(tried))
     return FewestCards(None, tuple(tried))
@@ -235,8 +241,7 @@ def on_model_axis(config: TrainingConfig, axis: int) -> TrainingConfig:
     return replace(config, model_parallel=axis, hosts=max(1, -(-config.num_gpus * axis // MAX_DEVICES_PER_HOST)))
 
 
-def known_fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_bytes: int,
-                       kept_bytes: int) -> FewestCards | None:
+def known_fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budget_bytes: int) -> FewestCards | None:
     """``fewest_cards`` from the plans compiled already (shipped or on disk); never compiles. None where an axis
     before the first that fits has no plan compiled at the batch."""
     from calc.xla.compute import known_plans
@@ -245,5 +250,5 @@ def known_fewest_cards(spec: HubSpec, config: TrainingConfig, gpu_key: str, budg
         plan = known_plans(spec, on_model_axis(config, axis), gpu_key).plans.get(config.per_replica_batch)
         return "not compiled" if plan is None else plan.peak_bytes
 
-    found = _doubled(peak, budget_bytes, kept_bytes)
+    found = _doubled(peak, budget_bytes, lambda axis: kept_on_axis(spec, config, axis))
     return None if found.stopped else found
