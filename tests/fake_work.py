@@ -119,7 +119,7 @@ def local_engine():
         return _engine
 
 
-def _tasks(dask_scheduler) -> int:
+def tasks_held(dask_scheduler) -> int:
     """How many tasks the scheduler holds (``Client.run_on_scheduler``)."""
     return len(dask_scheduler.tasks)
 
@@ -138,7 +138,7 @@ def reset() -> None:
         GATE.set()
     if _engine is not None:
         deadline = time.monotonic() + 10
-        while _engine.client.run_on_scheduler(_tasks) and time.monotonic() < deadline:
+        while _engine.client.run_on_scheduler(tasks_held) and time.monotonic() < deadline:
             time.sleep(0.02)
     CALLS.clear()
     REQUESTS.clear()

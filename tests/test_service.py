@@ -73,6 +73,14 @@ def keep_asking(service, asks: dict[str, list[Want]], until, timeout_s: float = 
         time.sleep(0.02)
 
 
+def scheduler_holds(tasks: int) -> None:
+    """Waits until the engine's scheduler holds ``tasks`` tasks: a service counts a task as pending once its thread
+    has called ``submit``, which reaches the scheduler a moment later; a gate opened before then lets the worker
+    take a task the scheduler held already ahead of one of higher priority still on its way."""
+    engine = fake_work.local_engine()
+    wait_for(lambda: engine.client.run_on_scheduler(fake_work.tasks_held) == tasks)
+
+
 def test_the_first_number_of_every_visitor_goes_before_anyones_search_asked_earlier(service):
     fake_work.GATE = threading.Event()
     a, b = setup(), setup("MobileNetV2")
@@ -81,6 +89,7 @@ def test_the_first_number_of_every_visitor_goes_before_anyones_search_asked_earl
     wait_for(lambda: fake_work.CALLS == [40])  # the search's first compile runs
     progress = service.ask("s2", [Want.of(b, Kind.PLAN, batch=16)])
     assert [p.state for p in progress.values()] == ["queued"]
+    scheduler_holds(2)
     fake_work.GATE.set()
     keep_asking(service, {"s1": [search], "s2": [Want.of(b, Kind.PLAN, batch=16)]}, lambda p: len(fake_work.CALLS) >= 3)
     assert fake_work.CALLS[:3] == [40, 16, fake_work.CALLS[2]] and fake_work.CALLS[2] != 16
@@ -220,6 +229,7 @@ def test_a_newcomers_first_plan_takes_a_place_before_older_searches(engine):
         asks = {"s0": [searching[0]], "s1": [searching[1]], "s2": [newcomer]}
         progress = keep_asking(capped, asks, lambda p: p[searching[1]].state == "refused")
         assert progress[newcomer].state == "queued"
+        scheduler_holds(2)
         fake_work.GATE.set()
         keep_asking(capped, asks, lambda p: len(fake_work.CALLS) >= 2)
         assert fake_work.CALLS[1] == 16
@@ -243,6 +253,7 @@ def test_a_compare_tab_never_pushes_back_another_visitors_next_compile(service):
     asks = {"first": [blocker], "before": [before], "compare": cells, "after": [after]}
     progress = keep_asking(service, asks, lambda p: service.pending() == 15 and p[after].ahead > 1)
     assert progress[before].ahead == 1 and progress[after].ahead == 3  # the running one, before's, one cell
+    scheduler_holds(15)
     fake_work.GATE.set()
     keep_asking(service, asks, lambda p: len(fake_work.CALLS) >= 4)
     assert fake_work.CALLS[:4] == [4, 16, 8, 24]
