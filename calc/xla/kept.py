@@ -71,15 +71,12 @@ def share_text(share: tuple[int, int]) -> str:
     return f"{share[0]}/{share[1]}" if share[1] > 1 else str(share[0])
 
 
-def logits_per_sample(spec: HubSpec, config: TrainingConfig | None = None) -> int:
-    """A causal LM's logits for one sequence on one card: tokens x vocabulary x the compute dtype's bytes, times
-    ``logits_share`` on ``config``'s mesh (0 for other tasks)."""
+def logits_per_sample(spec: HubSpec) -> int:
+    """A causal LM's logits for one sequence: tokens x vocabulary x the compute dtype's bytes (0 for other tasks)."""
     model = spec.model
     if model.task != "causal_lm":
         return 0
-    numerator, denominator = logits_share(model, config)
-    whole = spec.sequence_length * int(model.backbone.get("vocabulary_size", 0)) * compute_bytes(spec.dtype)
-    return -(-whole * numerator // denominator)
+    return spec.sequence_length * int(model.backbone.get("vocabulary_size", 0)) * compute_bytes(spec.dtype)
 
 
 def _largest_convolution(profile) -> int:
@@ -129,7 +126,9 @@ def kept_for(spec: ModelSpec | ModelFile | HubSpec, precision: str, config: Trai
     """What one card of a step of ``spec`` keeps free beside its plan (``precision``: the catalogue's; a KerasHub
     model's compute dtype is its own; ``config``: its mesh, where it has one)."""
     if isinstance(spec, HubSpec):
-        logits = logits_per_sample(spec, config)
-        return Kept(LOGITS, logits, logits_share(spec.model, config)) if logits else Kept()
+        if not (logits := logits_per_sample(spec)):
+            return Kept()
+        numerator, denominator = share = logits_share(spec.model, config)
+        return Kept(LOGITS, -(-logits * numerator // denominator), share)  # one card's, rounded up a sample
     workspace = convolution_per_sample(spec, precision)
     return Kept(WORKSPACE, workspace) if workspace else Kept()

@@ -17,7 +17,7 @@ from calc.hub import HubSpec
 from calc.types import MAX_DEVICES_PER_HOST, TrainingConfig
 from calc.xla.compute import KnownPlans, compute_plan, known_curve
 from calc.xla.curve import CompiledPoint, MaxBatch, PlanCurve
-from calc.xla.kept import kept_for, logits_per_sample
+from calc.xla.kept import kept_for
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def sequence_search(peak_at: Callable[[int], int | None], usable_bytes: int, sta
 def kept_at_length(spec: HubSpec, batch: int, n: int, config: TrainingConfig | None = None) -> int:
     """The bytes a verdict keeps free beside the plan of ``spec`` at ``n`` tokens and one-device ``batch``
     (``calc.xla.kept``: a causal LM's logits grow with the sequence; ``config``: its mesh, where it has one)."""
-    return batch * logits_per_sample(replace(spec, sequence_length=n), config)
+    return kept_for(replace(spec, sequence_length=n), "", config).at(batch)
 
 
 def known_sequence_search(spec: HubSpec, batch: int, usable_bytes: int, known_of: Callable[[HubSpec], KnownPlans],
