@@ -26,21 +26,24 @@ def replay(pool, events, batch: int, below: int = UNTRACKED_BELOW) -> dict:
     slower). Returns the handles still allocated, by event id (a small request's: its size).
     """
     live: dict = {}
+    alloc, free, count = pool.alloc, pool.free, pool.count
     for ev in events:
         kind = type(ev)
         if kind is Alloc:
             nbytes = ev.per_sample * batch + ev.fixed
             if nbytes >= UNTRACKED_BELOW:
-                live[ev.id] = pool.alloc(nbytes)
+                live[ev.id] = alloc(nbytes)
             elif nbytes >= below and nbytes > 0:
                 live[ev.id] = size = raw_bytes(nbytes, below)
-                pool.count(size)
+                count(size)
         elif kind is Free:
             handle = live.pop(ev.id, None)
-            if isinstance(handle, int):
-                pool.count(-handle)
-            elif handle is not None:
-                pool.free(handle)
+            if handle is None:
+                continue
+            if type(handle) is int:
+                count(-handle)
+            else:
+                free(handle)
     return live
 
 
