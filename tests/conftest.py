@@ -13,6 +13,7 @@
 runs the quick pure ones alone (under a minute).
 """
 
+import functools
 import importlib.abc
 import os
 import subprocess
@@ -81,4 +82,21 @@ def _no_dashboard_xla_compiles():
     fixtures (tests/test_browser.py) inherit it; a test that wants compiles sets it back."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CALC_XLA_COMPILES", "off")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_scan_for_streamlit_components():
+    """Streamlit's AppTest scans every installed distribution's metadata for custom components
+    each time a new app first runs (``BidiComponentManager.discover_and_register_components``:
+    0.8 s of CPU here, a few hundred times a run); nothing is installed during a run, so the
+    scan's answer is kept from the first."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # a Streamlit without custom components v2 scans nothing
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manifest_scanner, "scan_component_manifests",
+                   functools.cache(manifest_scanner.scan_component_manifests))
         yield
