@@ -77,18 +77,29 @@ def _translator(lang: str):
     return lambda text: text if lang == "en" else locales[text][lang]
 
 
-def _browser(p):
-    return p.chromium.launch(
+@pytest.fixture(scope="module")
+def chromium(playwright):
+    """One Chromium for the module's tests (a launch starts its browser, GPU and network processes)."""
+    browser = playwright.chromium.launch(
         executable_path=CHROMIUM,
         args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
               "--disable-sync", "--no-first-run", "--disable-quic"],
     )
+    yield browser
+    browser.close()
 
 
-def test_a_link_to_a_page_opens_in_the_app_on_a_fresh_server(server, playwright):
+@pytest.fixture
+def browser(chromium):
+    """The module's Chromium; each page a test opens has a context of its own, closed after the test."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
+
+
+def test_a_link_to_a_page_opens_in_the_app_on_a_fresh_server(server, browser):
     # Must be the server's first page load: Streamlit starts in its legacy pages/
     # mode until some session has run app.py's st.navigation.
-    browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{server}/compare?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4", timeout=120_000)
     page.get_by_text("Compare models and GPUs").wait_for(timeout=180_000)
@@ -97,14 +108,12 @@ def test_a_link_to_a_page_opens_in_the_app_on_a_fresh_server(server, playwright)
     links = nav.inner_text()
     assert "Compare" in links and "app" not in links.split()
     assert "/compare" in page.url and "batch_size=16" in page.url
-    browser.close()
 
 
 CURVE = ".st-key-curve_chart .js-plotly-plot"
 
 
-def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
-    browser = _browser(playwright)
+def test_change_batch_size_updates_the_chart(server, browser, tmp_path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     requests, errors = [], []
     page.on("request", lambda r: requests.append(r.url))
@@ -142,27 +151,23 @@ def test_change_batch_size_updates_the_chart(server, playwright, tmp_path):
     page.wait_for_timeout(1500)
     shot = Path(os.environ.get("CALC_SCREENSHOT_DIR", tmp_path)) / "screenshot-estimator.png"
     page.screenshot(path=str(shot), full_page=True)
-    browser.close()
     assert shot.stat().st_size > 10_000
 
 
-def test_a_chart_whose_script_does_not_load_says_so_in_the_pages_language(server, playwright):
-    browser = _browser(playwright)
+def test_a_chart_whose_script_does_not_load_says_so_in_the_pages_language(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.route("**/app/static/plotly-basic-*", lambda route: route.abort())
     page.goto(f"{server}/?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&lang=ja", timeout=120_000)
     curve = page.locator(".st-key-curve_chart")
     curve.get_by_text("グラフを描けませんでした").wait_for(timeout=180_000)
     assert "/app/static/plotly-basic-" in curve.inner_text()
-    browser.close()
 
 
-def test_charts_use_the_bundle_a_proxy_put_in_the_page(server, playwright):
+def test_charts_use_the_bundle_a_proxy_put_in_the_page(server, browser):
     """The shipped nginx configuration loads the bundle in the page itself (data-plotly-early); the
     charts wait for that script instead of fetching the bundle again."""
     from dashboard.charts import bundle_name
 
-    browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # What nginx's sub_filter does, done in the page (a rewritten document would lose its local
     # address, and Chromium would refuse its websocket to 127.0.0.1): the script in <head>, first.
@@ -188,11 +193,9 @@ def test_charts_use_the_bundle_a_proxy_put_in_the_page(server, playwright):
     assert page.evaluate("document.querySelectorAll('script[src*=\"plotly-basic-\"]').length") == 1
     assert len([u for u in requests if "/app/static/plotly-basic-" in u]) == 1, requests
     assert not errors, errors
-    browser.close()
 
 
-def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
-    browser = _browser(playwright)
+def test_a_shared_compare_link_and_the_presentation_mode(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # A colleague's link: the Compare page's models and cards, in Japanese.
     page.goto(f"{server}/compare?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&models=ResNet50,VGG16"
@@ -210,7 +213,6 @@ def test_a_shared_compare_link_and_the_presentation_mode(server, playwright):
     page.get_by_role("button", name="Next term").click()
     page.get_by_text("Term 2 of 9").wait_for(timeout=60_000)
     assert page.get_by_text("S, optimizer state").is_visible()
-    browser.close()
 
 
 WALK_LESSON = "formula?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&present=true"  # no plan known: the walk
@@ -219,13 +221,12 @@ XLA_LESSON = "formula?present=true"  # the landing link: its shipped plan says w
 
 @pytest.mark.parametrize("width,height", [(1920, 1080), (1280, 720)])
 @pytest.mark.parametrize("link", [WALK_LESSON, XLA_LESSON], ids=["walk", "xla"])
-def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(server, playwright, width, height, link):
+def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(server, browser, width, height, link):
     """Projected at 1080p and 720p, every term of the walk's lesson and of XLA's: "Next term" and the
     term just revealed are on screen without scrolling (the controls used to fall off from term 6 at
     1080p, term 1 filled 720p)."""
     import re
 
-    browser = _browser(playwright)
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(f"{server}/{link}", timeout=120_000)
     place = page.get_by_text(re.compile(r"^Term 1 of \d+$"))
@@ -248,18 +249,16 @@ def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(serv
             assert "W, weights" in newest.inner_text()  # both lessons start from the weights
         if shown < count:
             button.click()
-    browser.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "ja", "ko"])
-def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang):
+def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, browser, lang):
     """A colleague's link to a KerasHub fine-tuning step: the sidebar shows the preset, the sequence and
     LoRA's rank; with no plan of it on this server (tests compile none), the page says so in the
     link's language and shows no number."""
     from playwright.sync_api import expect
 
     tr = _translator(lang)
-    browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{server}/?source=hub&hub=gemma2_2b_en&seq_len=1024&lora_rank=8&batch_size=2&optimizer=adamw"
               f"&gpu=l4&lang={lang}", timeout=120_000)
@@ -285,7 +284,6 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, playwright, lang
     # The largest batches, the peaks, and the cards sharing the weights (Gemma and Qwen have layout maps).
     expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(3, timeout=60_000)
     expect(page.get_by_text(tr("Cards sharing the weights"), exact=True)).to_be_visible(timeout=60_000)
-    browser.close()
 
 
 AGREEMENT_LINKS = {
@@ -297,7 +295,7 @@ AGREEMENT_LINKS = {
 
 
 @pytest.mark.parametrize("lang", ["en", "ja"])
-def test_every_page_says_the_estimators_largest_batch_for_three_links(server, playwright, tmp_path, lang):
+def test_every_page_says_the_estimators_largest_batch_for_three_links(server, browser, tmp_path, lang):
     """The Estimator's largest batch, its chart's legend, Compare's cell and the Formula page's line say one
     number for a catalogue link whose plan is compiled, one whose plan is drawn, and a KerasHub link; no metric
     label is cut, in English and in Japanese."""
@@ -305,7 +303,6 @@ def test_every_page_says_the_estimators_largest_batch_for_three_links(server, pl
     import re
 
     tr = _translator(lang)
-    browser = _browser(playwright)
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     for name, (query, model) in AGREEMENT_LINKS.items():
         page.goto(f"{server}/?{query}&lang={lang}", timeout=120_000)
@@ -337,4 +334,3 @@ def test_every_page_says_the_estimators_largest_batch_for_three_links(server, pl
             said = tr("at least {batch:,} (not settled yet)").replace("{batch:,}", largest[2:]) if largest.startswith(
                 "≥") else largest
             page.get_by_text(re.compile(re.escape(said))).first.wait_for(timeout=180_000)
-    browser.close()
