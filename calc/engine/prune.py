@@ -9,27 +9,35 @@ from calc.engine.ledger import Moment
 PROBE_BATCHES = tuple(sorted({*range(1, 129), *(int(1.08 ** k) for k in range(60, 300))}))
 
 
-def totals(moments, batches):
-    """Peak candidates' totals, one row per moment, one column per batch size."""
+def _sums(moments, batches):
+    """Each moment's bytes at each batch size, in float64: fixed bytes plus its tensors' counted sizes,
+    summed by a BLAS product (numpy's int64 product has none, and was most of a walk's pruning)."""
     import numpy as np
 
-    sizes = sorted({size for m in moments for hist in m.per_sample for size, _ in hist})
-    index = {size: i for i, size in enumerate(sizes)}
-    counts = np.zeros((len(moments), max(1, len(sizes))), dtype=np.int64)
-    for row, m in enumerate(moments):
-        for hist in m.per_sample:
-            for size, n in hist:
-                counts[row, index[size]] += n
-    fixed = np.array([sum(m.fixed) for m in moments], dtype=np.int64)
+    entries = [(row, size, n) for row, m in enumerate(moments) for hist in m.per_sample for size, n in hist]
+    sizes = sorted({size for _, size, _ in entries})
+    fixed = np.array([sum(m.fixed) for m in moments], dtype=np.float64)
     b = np.asarray(list(batches), dtype=np.int64)
     if not sizes:
         return np.repeat(fixed[:, None], len(b), axis=1)
+    index = {size: i for i, size in enumerate(sizes)}
+    counts = np.zeros((len(moments), len(sizes)), dtype=np.float64)
+    rows, columns, n = zip(*((row, index[size], n) for row, size, n in entries))
+    np.add.at(counts, (np.asarray(rows), np.asarray(columns)), np.asarray(n, dtype=np.float64))
     per_size = counted_array(np.asarray(sizes, dtype=np.int64)[:, None] * b[None, :], moments[0].below)
-    return fixed[:, None] + counts @ per_size
+    return fixed[:, None] + counts @ per_size.astype(np.float64)
+
+
+def totals(moments, batches):
+    """Peak candidates' totals in bytes, one row per moment, one column per batch size: exact while a
+    total is under 2**53 bytes (8 PiB), as every sum of integers below it is in float64."""
+    import numpy as np
+
+    return np.rint(_sums(moments, batches)).astype(np.int64)
 
 
 def prune(moments: list[Moment]) -> tuple[Moment, ...]:
     """Keeps the moments within 1 % of the largest at some probed batch size."""
-    at = totals(moments, PROBE_BATCHES)
+    at = _sums(moments, PROBE_BATCHES)  # the probes reach 10**10 samples: past int64's range
     keep = (at >= 0.99 * at.max(axis=0)).any(axis=1)
     return tuple(m for m, k in zip(moments, keep) if k)
