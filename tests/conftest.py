@@ -14,6 +14,7 @@ runs the quick pure ones alone (under a minute).
 """
 
 import functools
+import gc
 import importlib.abc
 import os
 import subprocess
@@ -100,3 +101,14 @@ def _one_scan_for_streamlit_components():
         mp.setattr(manifest_scanner, "scan_component_manifests",
                    functools.cache(manifest_scanner.scan_component_manifests))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _long_lived_objects_leave_the_collectors_walk():
+    """A worker holds TensorFlow, JAX, Keras and Streamlit (millions of objects); every full collection walks
+    them all (Keras's ``clear_session`` after each in-process build asks for one: about a second each here).
+    After each test what is still alive is collected once and moved out of the collector's generations
+    (``gc.freeze``), so later collections walk only what later tests make; it is still freed by its counts."""
+    yield
+    gc.collect()
+    gc.freeze()
