@@ -38,6 +38,6 @@ def totals(moments, batches):
 
 def prune(moments: list[Moment]) -> tuple[Moment, ...]:
     """Keeps the moments within 1 % of the largest at some probed batch size."""
-    at = _sums(moments, PROBE_BATCHES)  # the probes reach 10**10 samples: past int64's range
+    at = _sums(moments, PROBE_BATCHES)  # summed in float64: at the largest probes (10**10 samples) int64 sums wrap
     keep = (at >= 0.99 * at.max(axis=0)).any(axis=1)
     return tuple(m for m, k in zip(moments, keep) if k)
