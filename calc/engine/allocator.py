@@ -63,16 +63,12 @@ def _absorb(first: Chunk, second: Chunk) -> None:
         second.next.prev = first
 
 
-_LAST_BIN = NUM_BINS - 1
-
-
 class BFC:
     """Best-fit with coalescing, growing by doubling regions (allow_growth).
 
-    Every chunk is a multiple of 256 bytes, so its bin is ``(size >> 8).bit_length() - 1``
-    capped at the last (``bin_for`` without its guard below 256, written out where it is hot:
-    a dashboard curve replays a step's requests a few hundred times). ``filled`` has bit b set
-    while bin b holds a free chunk, so a search skips the empty bins.
+    ``filled`` has bit b set while bin b holds a free chunk, so a search goes from the
+    request's own bin straight to the next one that has any (a dashboard curve replays a
+    step's requests a few hundred times).
     """
 
     def __init__(self, initial_region: int = INITIAL_REGION) -> None:
@@ -86,25 +82,19 @@ class BFC:
         self.peak = 0
 
     def _insert(self, c: Chunk) -> None:
-        b = (c.size >> 8).bit_length() - 1
-        if b > _LAST_BIN:
-            b = _LAST_BIN
+        b = bin_for(c.size)
         bisect.insort(self.bins[b], (c.size, c.ptr, c))
         self.filled |= 1 << b
 
     def _remove(self, c: Chunk) -> None:
-        b = (c.size >> 8).bit_length() - 1
-        if b > _LAST_BIN:
-            b = _LAST_BIN
+        b = bin_for(c.size)
         entries = self.bins[b]
         del entries[bisect.bisect_left(entries, (c.size, c.ptr))]
         if not entries:
             self.filled &= ~(1 << b)
 
     def _find(self, r: int) -> Chunk | None:
-        b = (r >> 8).bit_length() - 1
-        if b > _LAST_BIN:
-            b = _LAST_BIN
+        b = bin_for(r)
         bins = self.bins
         entries = bins[b]
         i = bisect.bisect_left(entries, (r, -1)) if entries else 0
@@ -141,16 +131,14 @@ class BFC:
         self.next_ptr += size + (1 << 40)  # regions are never adjacent
 
     def alloc(self, nbytes: int) -> Chunk:
-        r = -(-max(1, nbytes) // ALLOCATION_GRANULE) * ALLOCATION_GRANULE  # rounded()
+        r = rounded(max(1, nbytes))
         c = self._find(r)
         if c is None:
             self._extend(r)
             c = self._find(r)
             assert c is not None
         c.in_use = True
-        self.in_use += c.size
-        if self.in_use > self.peak:
-            self.peak = self.in_use
+        self.count(c.size)
         return c
 
     def count(self, nbytes: int) -> None:
