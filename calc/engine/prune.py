@@ -15,16 +15,15 @@ def _sums(moments, batches):
     import numpy as np
 
     entries = [(row, size, n) for row, m in enumerate(moments) for hist in m.per_sample for size, n in hist]
-    sizes = sorted({size for _, size, _ in entries})
     fixed = np.array([sum(m.fixed) for m in moments], dtype=np.float64)
     b = np.asarray(list(batches), dtype=np.int64)
-    if not sizes:
+    if not entries:
         return np.repeat(fixed[:, None], len(b), axis=1)
-    index = {size: i for i, size in enumerate(sizes)}
+    rows, each_size, n = (np.asarray(column, dtype=np.int64) for column in zip(*entries))
+    sizes, columns = np.unique(each_size, return_inverse=True)
     counts = np.zeros((len(moments), len(sizes)), dtype=np.float64)
-    rows, columns, n = zip(*((row, index[size], n) for row, size, n in entries))
-    np.add.at(counts, (np.asarray(rows), np.asarray(columns)), np.asarray(n, dtype=np.float64))
-    per_size = counted_array(np.asarray(sizes, dtype=np.int64)[:, None] * b[None, :], moments[0].below)
+    np.add.at(counts, (rows, columns), n.astype(np.float64))
+    per_size = counted_array(sizes[:, None] * b[None, :], moments[0].below)
     return fixed[:, None] + counts @ per_size.astype(np.float64)
 
 
