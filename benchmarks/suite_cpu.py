@@ -89,6 +89,13 @@ def summary(seen: dict[tuple[int, float], tuple[list[str], float]]) -> list[str]
     return lines
 
 
+def by_process(seen: dict[tuple[int, float], tuple[list[str], float]], top: int) -> list[str]:
+    lines = [f"the {top} processes that spent most CPU:"]
+    for cmdline, cpu in sorted(seen.values(), key=lambda v: -v[1])[:top]:
+        lines.append(f"{cpu:8.1f} CPU s  {kind_of(cmdline)[:30]:30s} {' '.join(cmdline)[:150]}")
+    return lines
+
+
 def tree_cpu() -> float:
     """CPU of this process, its live descendants and the children it has waited for."""
     me = psutil.Process()
@@ -148,6 +155,8 @@ def by_test(path: str, top: int) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tests", type=int, default=0, metavar="N", help="also print the N tests that spent most CPU")
+    p.add_argument("--processes", type=int, default=0, metavar="N",
+                   help="also print the N processes that spent most CPU, with their command lines")
     p.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
     args = p.parse_args()
     env = dict(os.environ)
@@ -168,6 +177,8 @@ def main() -> int:
     print(f"pytest exit {code}; wall {wall:.0f} s; CPU of the processes waited for {cpu:.0f} s "
           f"({cpu / wall:.2f} cores busy on average)")
     print("\n".join(summary(seen)))
+    if args.processes:
+        print("\n".join(by_process(seen, args.processes)))
     if args.tests and os.path.exists(tests_file):
         print("\n".join(by_test(tests_file, args.tests)))
     return code

@@ -114,12 +114,13 @@ TINY = {"Gemma": dict(vocabulary_size=1000, num_layers=2, num_query_heads=4, num
 QUANTIZED_LIKE_KERAS = '''
 import json, keras, keras_hub
 from calc.hub import HubModel
+from calc.keras import clear_session
 from calc.keras.hub import deferred_backbone
 FIGURES = %r
 out = {}
 for family, figures in FIGURES.items():
     for mode in ("int8", "int4", "float8"):
-        keras.backend.clear_session()
+        clear_session()
         keras.config.set_dtype_policy("bfloat16")
         real = getattr(keras_hub.models, family + "Backbone")(**figures)  # real weights, quantized by Keras
         real.quantize(mode)
@@ -137,8 +138,10 @@ print(json.dumps(out))
 @pytest.mark.keras
 def test_a_model_built_without_weights_holds_the_variables_keras_quantize_leaves():
     """For small Gemma and Qwen backbones, every variable (path, shape, dtype, whether it trains) of the model
-    built under the quantized policies equals what Keras's own ``quantize`` makes from real weights, then LoRA."""
-    answer = in_a_plan_child(QUANTIZED_LIKE_KERAS % (TINY,))
+    built under the quantized policies equals what Keras's own ``quantize`` makes from real weights, then LoRA.
+    Only the variables are compared, not their values: JAX compiles the real weights' and quantize's operations
+    for the CPU without LLVM's optimisation (most of this test's time otherwise)."""
+    answer = in_a_plan_child(QUANTIZED_LIKE_KERAS % (TINY,), "--xla_backend_optimization_level=0")
     assert all(v["same"] for v in answer.values()), answer
     # int8 and int4 store integer kernels (an embedding and 7 kernels in each of 2 layers); float8 keeps them.
     assert {k: v["int"] for k, v in answer.items() if "float8" in k} == {"Gemma float8": 0, "Qwen float8": 0}

@@ -82,15 +82,18 @@ def wait_for(condition, timeout_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def in_a_plan_child(code: str) -> dict:
-    """The last line ``code`` prints, as JSON, run in a child with a plan worker's environment (Keras on JAX)."""
+def in_a_plan_child(code: str, xla_flags: str = "") -> dict:
+    """The last line ``code`` prints, as JSON, run in a child with a plan worker's environment (Keras on JAX),
+    ``xla_flags`` added to its ``XLA_FLAGS``."""
     import json
     import subprocess
     import sys
 
     from calc.workers.plans import plan_env
 
-    done = subprocess.run([sys.executable, "-c", code], env=plan_env(), capture_output=True, text=True,
+    env = plan_env()
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -226,9 +226,9 @@ def _release_memory() -> None:
     import gc
 
     try:
-        import keras
+        from calc.keras import clear_session
 
-        keras.backend.clear_session()
+        clear_session()
     except ImportError:
         pass
     gc.collect()

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
+from calc.keras import clear_session
 from calc.keras.profile import as_functional, profile_model
 from calc.types import ModelProfile, TrainMode
 
@@ -108,18 +109,17 @@ def build_saved_model(path: str, precision: str = "float32") -> tuple[Any, Any]:
 
 def profile_catalogue_model(spec: ModelSpec | ModelFile) -> ModelProfile:
     """Builds a catalogue model once, reads its ledger, and lets the model go."""
-    import keras
 
     # Auto-generated layer names count up per process ("global_average_pooling2d_3"
     # after other models): a fresh scope makes the ledger independent of what this
     # process built before (the build worker, the CLI and tests agree).
-    keras.backend.clear_session()
+    clear_session()
     model, backbone = build_model(spec)
     try:
         return profile_model(model, name=spec.key, backbone=backbone)
     finally:
         del model, backbone
-        keras.backend.clear_session()
+        clear_session()
         gc.collect()
 
 
@@ -129,12 +129,11 @@ def profile_model_file(path: str) -> ModelProfile:
     No custom objects are registered and Lambda layers are refused by safe mode, so a
     file cannot run code while it loads. The model is dropped before returning.
     """
-    import keras
 
     model = _load_saved(path)
     try:
         return profile_model(model, name=os.path.basename(path), backbone=_first_nested(model))
     finally:
         del model
-        keras.backend.clear_session()
+        clear_session()
         gc.collect()

@@ -21,6 +21,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from calc.hub import HubModel, HubSpec
+from calc.keras import clear_session
 from calc.keras.codegen import Codegen
 from calc.keras.plan import MESH_AXES, PlanModel, card_answers, fresh_session
 from calc.keras.plan import answer_as_the_card as plan_answers
@@ -100,7 +101,7 @@ def quantized_policies(model: HubModel, mode: str) -> Any:
         if policies[cls] is not None:
             policy_map[layer.path] = policies[cls]
     # The backbone is built again from a fresh session, so that its layers take the same names as ``plain``'s.
-    keras.backend.clear_session()
+    clear_session()
     keras.config.set_dtype_policy(base)
     return policy_map
 
@@ -110,10 +111,9 @@ def parameter_counts(model: HubModel, lora_rank: int, classes: int) -> tuple[int
     publishes timm's count (``published_params``), the trainable parameters of its image classifier with
     ``classes`` outputs (the head is made), else None; the backbone's trainable parameters once LoRA is
     enabled on it at ``lora_rank``; and whether its token embedding is tied to a language-model head."""
-    import keras
     import keras_hub
 
-    keras.backend.clear_session()
+    clear_session()
     backbone = deferred_backbone(model)
     params = int(backbone.count_params())
     tied = bool(getattr(getattr(backbone, "token_embedding", None), "tie_weights", False))

@@ -24,6 +24,7 @@ from typing import Any
 
 from calc.catalogue import ModelFile, ModelSpec
 from calc.hub import HubSpec
+from calc.keras import clear_session
 from calc.keras.codegen import Codegen, compiler_options, stopped
 from calc.keras.step import batch_shapes, compiled_training_model
 from calc.requests import config_to_dict, spec_to_dict
@@ -62,7 +63,7 @@ def fresh_session(remat: str | None) -> float:
     if keras.backend.backend() != "jax":
         raise RuntimeError("the XLA plan needs KERAS_BACKEND=jax")
     started = time.perf_counter()
-    keras.backend.clear_session()
+    clear_session()
     if remat:
         _static_remat_options()
     return started
