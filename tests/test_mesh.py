@@ -77,31 +77,41 @@ def _qwen_kernels() -> int:
     return q["vocab"] * q["hidden"] + q["layers"] * per_layer
 
 
-PER_DEVICE = '''
+QWEN_BY_DEVICE = '''
 import json
 from calc.hub import make_hub_spec
 from calc.keras.hub import HubPlanModel
-from calc.keras.plan import _device_bytes
+from calc.keras.plan import _device_bytes, _nbytes
 from calc.types import TrainingConfig
 from calc.xla.targets import target_for
-out = {}
+out = {"mesh": {}}
 for lora in (4, 0):
     spec = make_hub_spec("qwen2.5_0.5b_en", 128, lora)
     model = HubPlanModel(spec, TrainingConfig(batch_size=2, num_gpus=1, model_parallel=2, device="gpu"))
     state = model._state_on(model._mesh(target_for("l4").config_text()))
-    out[lora] = {"whole": sum(model.group_bytes), "per_device": sum(_device_bytes(g) for g in state)}
+    out["mesh"][lora] = {"whole": sum(model.group_bytes), "per_device": sum(_device_bytes(g) for g in state)}
+model = HubPlanModel(make_hub_spec("qwen2.5_0.5b_en", 128, 4, quantize="int8"), TrainingConfig(device="gpu"))
+out["int8"] = {k: sum(_nbytes([model._state[g][i]]) for (g, i), kind in model.state_kinds.items() if kind == k)
+               for k in ("quantized", "scales")}
 print(json.dumps(out))
 '''
 
 
+@pytest.fixture(scope="module")
+def qwen():
+    """Qwen 2.5 0.5B's state built without weights in one plan child: on a 1x2 mesh with LoRA 4 and trained whole
+    (``mesh``), and quantized to int8 with LoRA 4 (``int8``)."""
+    return in_a_plan_child(QWEN_BY_DEVICE)
+
+
 @needs_plan
 @pytest.mark.keras
-def test_a_model_axis_of_two_halves_what_the_layout_map_shards_by_hand():
+def test_a_model_axis_of_two_halves_what_the_layout_map_shards_by_hand(qwen):
     """Qwen 2.5 0.5B on a 1x2 mesh: each device holds half of every kernel the layout map names, all the rest
     whole. With LoRA only the frozen bfloat16 kernels are sharded (the adapters and their slots are replicated);
     trained whole with Adam, each kernel's two bfloat16 slots are sharded as their kernel is."""
     assert hub_models()["qwen2.5_0.5b_en"].backbone["num_layers"] == QWEN["layers"]
-    answer = in_a_plan_child(PER_DEVICE)
+    answer = qwen["mesh"]
     halved = 2 * _qwen_kernels() // 2  # bfloat16 bytes, half of them on the other device
     assert answer["4"]["whole"] - answer["4"]["per_device"] == halved
     assert answer["0"]["whole"] - answer["0"]["per_device"] == 3 * halved
@@ -148,28 +158,15 @@ def test_a_model_built_without_weights_holds_the_variables_keras_quantize_leaves
     assert all(answer[f"{f} {m}"]["int"] == 1 + 2 * 7 for f in TINY for m in ("int8", "int4"))
 
 
-QUANTIZED_BYTES = '''
-import json
-from calc.hub import make_hub_spec
-from calc.keras.hub import HubPlanModel
-from calc.keras.plan import _nbytes
-from calc.types import TrainingConfig
-model = HubPlanModel(make_hub_spec("qwen2.5_0.5b_en", 128, 4, quantize="int8"), TrainingConfig(device="gpu"))
-kinds = {k: sum(_nbytes([model._state[g][i]]) for (g, i), kind in model.state_kinds.items() if kind == k)
-         for k in ("quantized", "scales")}
-print(json.dumps(kinds))
-'''
-
-
 @needs_plan
 @pytest.mark.keras
-def test_int8_keeps_a_byte_a_kernel_weight_and_a_scale_an_output_by_hand():
+def test_int8_keeps_a_byte_a_kernel_weight_and_a_scale_an_output_by_hand(qwen):
     """Qwen 2.5 0.5B quantized to int8: the embedding and every attention and feed-forward kernel in one byte a
     weight; a scale for each output they make (each embedding row; each query and key-value head's channel; each
     hidden channel out of attention and the output projection; each feed-forward unit), in the policy's variable
     dtype (``add_weight`` without a dtype): two bytes under bfloat16."""
     q = QWEN
-    answer = in_a_plan_child(QUANTIZED_BYTES)
+    answer = qwen["int8"]
     assert answer["quantized"] == _qwen_kernels()
     scales = q["vocab"] + q["layers"] * ((q["heads"] + 2 * q["kv"]) * q["head"] + 2 * q["hidden"] + 2 * q["ffw"])
     assert answer["scales"] == 2 * scales
