@@ -110,7 +110,7 @@ def local_engine():
             dask.config.set(engine_config())
             workers = {kind: {"cls": Worker, "options": {"nthreads": 1, "resources": {kind: 1}}}
                        for kind in ("plan", "build")}
-            cluster = SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None,
+            cluster = SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
                                                                           "dashboard": False}},
                                   workers=workers, silence_logs=logging.ERROR)
             _engine = Engine(cluster.scheduler_address)

@@ -192,6 +192,16 @@ def _pids(engine) -> set[int]:
 
 
 @pytest.mark.server
+def test_the_own_clusters_http_routes_listen_on_loopback_at_a_free_port(builds):
+    """Dask's default 8787 may be another cluster's on a shared host (Dask then warns and moves); the
+    server's own scheduler asks for a free port on 127.0.0.1, where no visitor reaches it."""
+    server = builds.cluster.scheduler.http_server
+    assert server is not None
+    ports = {sock.getsockname()[:2] for sock in server._sockets.values()}
+    assert ports and all(host == "127.0.0.1" and port != 8787 for host, port in ports), ports
+
+
+@pytest.mark.server
 @pytest.mark.keras
 def test_the_build_worker_builds_what_an_in_process_build_gives(builds):
     spec = make_spec("MobileNetV2", 96)

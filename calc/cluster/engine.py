@@ -216,7 +216,8 @@ class Engine:
 
 def own_cluster(workers: dict[str, int]) -> Any:
     """This host's own cluster: a scheduler on 127.0.0.1 in this process, and ``workers`` (kind -> count)
-    as processes under nannies with their memory limits."""
+    as processes under nannies with their memory limits. The scheduler's HTTP routes (health, metrics)
+    take any free port on 127.0.0.1, not Dask's 8787, which another cluster on the host may hold."""
     from distributed import Nanny, Scheduler, SpecCluster
 
     _spawn_without_main_script()
@@ -224,7 +225,7 @@ def own_cluster(workers: dict[str, int]) -> Any:
     spec = {f"{kind}-{i}": {"cls": Nanny, "options": worker_options(kind, limits[kind])}
             for kind in KINDS for i in range(workers.get(kind, 0))}
     return SpecCluster(scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0,
-                                                                "dashboard": False, "dashboard_address": None}},
+                                                                "dashboard": False, "dashboard_address": "127.0.0.1:0"}},
                        workers=spec, silence_logs=logging.ERROR, name="keras-memory-calc")
 
 
