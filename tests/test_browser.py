@@ -218,7 +218,7 @@ def test_a_shared_compare_link_and_the_presentation_mode(server, browser):
     page.locator('[data-testid="stSidebar"]').wait_for(state="hidden", timeout=30_000)
     page.get_by_role("button", name="Next term").click()
     page.get_by_text("Term 2 of 9").wait_for(timeout=60_000)
-    assert page.get_by_text("S, optimizer state").is_visible()
+    expect(page.get_by_text("S, optimizer state")).to_be_visible(timeout=60_000)
 
 
 WALK_LESSON = "formula?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&present=true"  # no plan known: the walk
@@ -233,13 +233,15 @@ def test_presentation_mode_keeps_its_controls_and_the_newest_term_on_screen(serv
     1080p, term 1 filled 720p)."""
     import re
 
+    from playwright.sync_api import expect
+
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(f"{server}/{link}", timeout=120_000)
     place = page.get_by_text(re.compile(r"^Term 1 of \d+$"))
     place.wait_for(timeout=180_000)
     count = int(place.inner_text().rsplit(" ", 1)[-1])
     heading = "XLA's plan, with your numbers" if link == XLA_LESSON else "1. What this tool computes"
-    assert page.get_by_role("heading", name=heading).is_visible()
+    expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=60_000)
 
     def on_screen(locator) -> bool:
         box = locator.bounding_box()
@@ -271,7 +273,7 @@ def test_a_kerashub_link_opens_its_setup_in_the_sidebar(server, browser, lang):
     said = tr("XLA compiles are off on this server ({env}=off): a KerasHub model shows only the plans already "
               "compiled here.").replace("{env}", "CALC_XLA_COMPILES")
     page.get_by_text(said).wait_for(timeout=180_000)
-    assert page.get_by_text("gemma2_2b_en: ").first.is_visible()  # the setup's line, with its numbers
+    expect(page.get_by_text("gemma2_2b_en: ").first).to_be_visible(timeout=60_000)  # the setup's line, with its numbers
     sidebar = page.locator('[data-testid="stSidebar"]')
     # The widgets take the link's values as the page settles: waited for, not read once.
     expect(sidebar.get_by_role("spinbutton", name=tr("Sequence length (tokens)"))).to_have_value("1024", timeout=60_000)
