@@ -225,13 +225,12 @@ def _release_memory() -> None:
     model grew to 2.3 GiB)."""
     import gc
 
-    try:
-        from calc.keras import clear_session
+    from calc.keras import clear_session
 
-        clear_session()
-    except ImportError:
-        pass
-    gc.collect()
+    try:
+        clear_session()  # Keras's, with its full collection
+    except ImportError:  # a worker without Keras
+        gc.collect()
     if sys.platform.startswith("linux"):
         import ctypes
 

@@ -14,15 +14,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-_SETTLED: list[bool] = []  # one entry once this process's imports are out of the collector's generations
-
 
 def clear_session() -> None:
     """``keras.backend.clear_session()``: Keras's graph and names reset, and a full collection.
 
     A full collection walks every object the process holds; with TensorFlow, JAX and keras-hub
-    imported that is over a million, half a second a walk or more. After the first call in a
-    process, what that collection left alive (the imported modules and their caches: a worker calls
+    imported that is over a million, half a second a walk or more. At the first call in a
+    process (while nothing is frozen yet), what that collection left alive (the imported modules and their caches: a worker calls
     this before its first build) is frozen out of the collector's generations (``gc.freeze``):
     every later collection walks only what was made since, and frees it as before.
     """
@@ -31,6 +29,5 @@ def clear_session() -> None:
     import keras
 
     keras.backend.clear_session()
-    if not _SETTLED:
+    if not gc.get_freeze_count():
         gc.freeze()
-        _SETTLED.append(True)

@@ -7,7 +7,6 @@ any code of its own. Both are dropped after profiling, in a fresh Keras scope.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from typing import Any
@@ -109,7 +108,6 @@ def build_saved_model(path: str, precision: str = "float32") -> tuple[Any, Any]:
 
 def profile_catalogue_model(spec: ModelSpec | ModelFile) -> ModelProfile:
     """Builds a catalogue model once, reads its ledger, and lets the model go."""
-
     # Auto-generated layer names count up per process ("global_average_pooling2d_3"
     # after other models): a fresh scope makes the ledger independent of what this
     # process built before (the build worker, the CLI and tests agree).
@@ -120,7 +118,6 @@ def profile_catalogue_model(spec: ModelSpec | ModelFile) -> ModelProfile:
     finally:
         del model, backbone
         clear_session()
-        gc.collect()
 
 
 def profile_model_file(path: str) -> ModelProfile:
@@ -129,11 +126,9 @@ def profile_model_file(path: str) -> ModelProfile:
     No custom objects are registered and Lambda layers are refused by safe mode, so a
     file cannot run code while it loads. The model is dropped before returning.
     """
-
     model = _load_saved(path)
     try:
         return profile_model(model, name=os.path.basename(path), backbone=_first_nested(model))
     finally:
         del model
         clear_session()
-        gc.collect()
