@@ -103,16 +103,14 @@ def local_engine():
             import logging
 
             import dask
-            from distributed import Scheduler, SpecCluster, Worker
+            from distributed import SpecCluster, Worker
 
-            from calc.cluster.engine import Engine, engine_config
+            from calc.cluster.engine import Engine, engine_config, own_scheduler
 
             dask.config.set(engine_config())
             workers = {kind: {"cls": Worker, "options": {"nthreads": 1, "resources": {kind: 1}}}
                        for kind in ("plan", "build")}
-            cluster = SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": "127.0.0.1:0",
-                                                                          "dashboard": False}},
-                                  workers=workers, silence_logs=logging.ERROR)
+            cluster = SpecCluster(scheduler=own_scheduler(), workers=workers, silence_logs=logging.ERROR)
             _engine = Engine(cluster.scheduler_address)
             _engine.cluster = cluster
             atexit.register(_engine.close)

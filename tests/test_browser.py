@@ -196,12 +196,12 @@ def test_charts_use_the_bundle_a_proxy_put_in_the_page(server, browser):
 
 
 def test_a_shared_compare_link_and_the_presentation_mode(server, browser):
+    from playwright.sync_api import expect
+
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # A colleague's link: the Compare page's models and cards, in Japanese.
     page.goto(f"{server}/compare?model=MobileNetV2&image_size=224&batch_size=16&gpu=t4&models=ResNet50,VGG16"
               "&gpus=t4,h100-80&lang=ja", timeout=120_000)
-    from playwright.sync_api import expect
-
     page.get_by_text("モデルと GPU の比較").wait_for(timeout=180_000)
     # Read once the models' list is drawn: a page in mid-run can show the cards' list before it.
     chosen = page.locator(".st-key-compare_models")

@@ -214,19 +214,25 @@ class Engine:
             self.cluster.close()
 
 
+def own_scheduler() -> dict[str, Any]:
+    """The spec of this host's own scheduler: in this process, on a free port of 127.0.0.1, its HTTP routes
+    (health, metrics) too, not on Dask's 8787, which another cluster on the host may hold."""
+    from distributed import Scheduler
+
+    return {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False,
+                                          "dashboard_address": "127.0.0.1:0"}}
+
+
 def own_cluster(workers: dict[str, int]) -> Any:
-    """This host's own cluster: a scheduler on 127.0.0.1 in this process, and ``workers`` (kind -> count)
-    as processes under nannies with their memory limits. The scheduler's HTTP routes (health, metrics)
-    take any free port on 127.0.0.1, not Dask's 8787, which another cluster on the host may hold."""
-    from distributed import Nanny, Scheduler, SpecCluster
+    """This host's own cluster: its own scheduler (``own_scheduler``), and ``workers`` (kind -> count)
+    as processes under nannies with their memory limits."""
+    from distributed import Nanny, SpecCluster
 
     _spawn_without_main_script()
     limits = worker_limits()
     spec = {f"{kind}-{i}": {"cls": Nanny, "options": worker_options(kind, limits[kind])}
             for kind in KINDS for i in range(workers.get(kind, 0))}
-    return SpecCluster(scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0,
-                                                                "dashboard": False, "dashboard_address": "127.0.0.1:0"}},
-                       workers=spec, silence_logs=logging.ERROR, name="keras-memory-calc")
+    return SpecCluster(scheduler=own_scheduler(), workers=spec, silence_logs=logging.ERROR, name="keras-memory-calc")
 
 
 def run_plan(request: dict[str, Any], key: str, *, timeout_s: float) -> dict[str, Any]:
