@@ -29,8 +29,10 @@ def test_vgg16_ledger_matches_keras_and_seed_000(keras):
 
 
 def test_nested_backbone_and_shared_layers(keras):
+    from calc.keras import clear_session
     from calc.keras.profile import profile_model
 
+    clear_session()  # the names below are Keras's first ones: other tests in this process made layers before
     L = keras.layers
     inner_in = keras.Input((16, 16, 8))
     inner = keras.Model(inner_in, L.Conv2D(4, 3, padding="same", name="inner_conv")(inner_in), name="backbone")
